@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every dependency of quantforge from Debian packages. Idempotent and
+# quiet: packages already present are not touched, and apt runs only when
+# something is missing.
+#   scripts/setup.sh            build, test and run dependencies
+#   scripts/setup.sh --fixture  also what scripts/fixture/ needs to retrain the fixture model
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libeigen3-dev nlohmann-json3-dev libcli11-dev libzstd-dev libyaml-cpp-dev
+  libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
+  python3-dev python3-numpy python3-pytest
+)
+if [[ "${1:-}" == "--fixture" ]]; then
+  packages+=(python3-torch libopenblas0-pthread python3-sentencepiece python3-protobuf npm)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,64 @@
+// File helpers: read-only memory maps and atomic writes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace qf {
+
+// A read-only memory map of a whole file. Shared so that tensor views can keep
+// the mapping alive. An empty file maps to size() == 0 and data() == nullptr.
+class MappedFile {
+ public:
+  static std::shared_ptr<MappedFile> open(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::filesystem::path path_;
+};
+
+std::string read_text_file(const std::filesystem::path& path);
+
+// Writes a file under a temporary name in the target folder, then fsyncs and
+// renames it over the final name. If the writer is destroyed without commit()
+// (an exception, a crash), the temporary file is removed and the final name is
+// untouched.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path final_path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  uint64_t bytes_written() const { return written_; }
+  const std::filesystem::path& final_path() const { return final_; }
+  const std::filesystem::path& temp_path() const { return temp_; }
+  // Flush, fsync, rename to the final name, fsync the folder.
+  void commit();
+
+ private:
+  std::filesystem::path final_, temp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Convenience: atomically replace `path` with `contents`.
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+}  // namespace qf

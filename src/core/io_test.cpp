@@ -1,0 +1,65 @@
+#include "core/io.h"
+
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+
+size_t files_in(const fs::path& d) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++n;
+  return n;
+}
+
+TEST(AtomicFile, CommitReplacesAtomically) {
+  test::TempDir d;
+  test::write_file(d / "out.bin", "old");
+  {
+    AtomicFile f(d / "out.bin");
+    f.write("new ");
+    f.write("contents");
+    EXPECT_EQ(read_text_file(d / "out.bin"), "old");  // untouched until commit
+    EXPECT_TRUE(fs::exists(f.temp_path()));
+    EXPECT_EQ(f.temp_path().parent_path(), d.path());  // same folder: rename is atomic
+    f.commit();
+    EXPECT_EQ(f.bytes_written(), 12u);
+  }
+  EXPECT_EQ(read_text_file(d / "out.bin"), "new contents");
+  EXPECT_EQ(files_in(d.path()), 1u);
+}
+
+TEST(AtomicFile, AbandonedWriteLeavesNothing) {
+  test::TempDir d;
+  try {
+    AtomicFile f(d / "model.safetensors");
+    f.write("partial");
+    throw std::runtime_error("killed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(files_in(d.path()), 0u);
+}
+
+TEST(AtomicFile, MissingFolderIsAnIoError) {
+  EXPECT_QF_ERROR(AtomicFile("/nonexistent-qf-dir/x.bin"), ErrorKind::Io, "cannot create a temporary file");
+}
+
+TEST(MappedFile, MapsContentsAndReportsErrors) {
+  test::TempDir d;
+  test::write_file(d / "a.bin", "hello");
+  auto m = MappedFile::open(d / "a.bin");
+  ASSERT_EQ(m->size(), 5u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), 5), "hello");
+  test::write_file(d / "empty.bin", "");
+  EXPECT_EQ(MappedFile::open(d / "empty.bin")->size(), 0u);
+  EXPECT_QF_ERROR(MappedFile::open(d / "missing.bin"), ErrorKind::NotFound, "missing.bin: no such file");
+  EXPECT_QF_ERROR(MappedFile::open(d.path()), ErrorKind::InvalidInput, "not a regular file");
+}
+
+}  // namespace
+}  // namespace qf

@@ -1,0 +1,105 @@
+#include "core/thread_pool.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace qf {
+
+std::vector<Chunk> partition(int64_t n, int64_t grain) {
+  std::vector<Chunk> chunks;
+  if (n <= 0) return chunks;
+  if (grain < 1) grain = 1;
+  chunks.reserve(static_cast<size_t>((n + grain - 1) / grain));
+  for (int64_t b = 0, i = 0; b < n; b += grain, ++i) chunks.push_back({i, b, std::min(n, b + grain)});
+  return chunks;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+// Claims chunks until none are left. Called with mu_ unlocked.
+void ThreadPool::run_chunks() {
+  for (;;) {
+    Chunk c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (next_ >= chunks_.size() || error_) return;
+      c = chunks_[next_++];
+    }
+    try {
+      (*fn_)(c);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      ++active_;
+    }
+    run_chunks();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --active_;
+    }
+    done_.notify_all();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(const Chunk&)>& fn) {
+  std::vector<Chunk> chunks = partition(n, grain);
+  if (chunks.empty()) return;
+  if (chunks.size() == 1 || workers_.empty()) {
+    for (const Chunk& c : chunks) fn(c);
+    return;
+  }
+  std::lock_guard<std::mutex> job(job_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    chunks_ = std::move(chunks);
+    next_ = 0;
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_chunks();
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return active_ == 0 && (next_ >= chunks_.size() || error_); });
+    err = error_;
+    fn_ = nullptr;
+    chunks_.clear();
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool([] {
+    const char* env = std::getenv("QF_THREADS");
+    return env ? std::atoi(env) : 0;
+  }());
+  return pool;
+}
+
+}  // namespace qf

@@ -1,0 +1,194 @@
+#include "formats/hf/model_config.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/io.h"
+
+namespace qf {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& supported_model_types() {
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
+  return types;
+}
+
+namespace {
+
+// Typed accessors that name the key and the file in every error.
+struct Reader {
+  const json& j;
+  const std::string& where;
+
+  const json* get(const char* key) const {
+    auto it = j.find(key);
+    return (it == j.end() || it->is_null()) ? nullptr : &*it;
+  }
+  [[noreturn]] void bad(const char* key, const char* want, const json& got) const {
+    throw invalid_input(where, std::string("key '") + key + "' must be " + want + ", got " + got.dump());
+  }
+  int64_t positive_int(const char* key) const {
+    const json* v = get(key);
+    if (!v) throw invalid_input(where, std::string("missing required key '") + key + "'");
+    if (!v->is_number_integer() || v->get<int64_t>() <= 0) bad(key, "a positive integer", *v);
+    return v->get<int64_t>();
+  }
+  std::optional<int64_t> opt_int(const char* key, bool allow_zero = true) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer() || v->get<int64_t>() < (allow_zero ? 0 : 1)) bad(key, "a non-negative integer", *v);
+    return v->get<int64_t>();
+  }
+  std::optional<double> opt_number(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) bad(key, "a number", *v);
+    return v->get<double>();
+  }
+  std::optional<bool> opt_bool(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) bad(key, "true or false", *v);
+    return v->get<bool>();
+  }
+  std::optional<std::string> opt_string(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) bad(key, "a string", *v);
+    return v->get<std::string>();
+  }
+};
+
+RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+  if (!j.is_object()) throw invalid_input(where, "key 'rope_scaling' must be an object or null, got " + j.dump());
+  std::string w = where + ": rope_scaling";
+  Reader r{j, w};
+  RopeScaling rs;
+  rs.raw = j;
+  auto t = r.opt_string("rope_type");
+  if (!t) t = r.opt_string("type");
+  if (!t) throw invalid_input(w, "missing 'rope_type' (or 'type')");
+  rs.type = *t;
+  rs.factor = r.opt_number("factor").value_or(1.0);
+  rs.low_freq_factor = r.opt_number("low_freq_factor");
+  rs.high_freq_factor = r.opt_number("high_freq_factor");
+  rs.original_max_position_embeddings = r.opt_int("original_max_position_embeddings");
+  rs.beta_fast = r.opt_number("beta_fast");
+  rs.beta_slow = r.opt_number("beta_slow");
+  rs.attention_factor = r.opt_number("attention_factor");
+  rs.mscale = r.opt_number("mscale");
+  rs.mscale_all_dim = r.opt_number("mscale_all_dim");
+  if (rs.type == "llama3" && (!rs.low_freq_factor || !rs.high_freq_factor || !rs.original_max_position_embeddings))
+    throw invalid_input(w, "llama3 scaling needs low_freq_factor, high_freq_factor and original_max_position_embeddings");
+  if ((rs.type == "linear" || rs.type == "llama3" || rs.type == "yarn" || rs.type == "dynamic") && !(rs.factor > 0))
+    throw invalid_input(w, "'factor' must be positive");
+  return rs;
+}
+
+std::string list_types() {
+  std::string s;
+  for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& j, const std::string& where) {
+  if (!j.is_object()) throw invalid_input(where, "config must be a JSON object");
+  Reader r{j, where};
+  ModelConfig c;
+  c.raw = j;
+  auto mt = r.opt_string("model_type");
+  if (!mt) throw invalid_input(where, "missing required key 'model_type' (supported: " + list_types() + ")");
+  c.model_type = *mt;
+  const auto& types = supported_model_types();
+  if (std::find(types.begin(), types.end(), c.model_type) == types.end())
+    throw unsupported(where, "unsupported architecture '" + c.model_type + "' (model_type); supported: " + list_types());
+  if (const json* a = r.get("architectures")) {
+    if (!a->is_array()) r.bad("architectures", "a list of strings", *a);
+    for (const auto& e : *a) {
+      if (!e.is_string()) r.bad("architectures", "a list of strings", *a);
+      c.architectures.push_back(e.get<std::string>());
+    }
+  }
+  c.hidden_size = r.positive_int("hidden_size");
+  c.num_hidden_layers = r.positive_int("num_hidden_layers");
+  c.num_attention_heads = r.positive_int("num_attention_heads");
+  c.num_key_value_heads = r.opt_int("num_key_value_heads", false).value_or(c.num_attention_heads);
+  c.vocab_size = r.positive_int("vocab_size");
+  c.max_position_embeddings = r.opt_int("max_position_embeddings", false).value_or(2048);
+  c.rms_norm_eps = r.opt_number("rms_norm_eps").value_or(1e-6);
+  c.rope_theta = r.opt_number("rope_theta").value_or(10000.0);
+  if (const json* rs = r.get("rope_scaling")) c.rope_scaling = parse_rope_scaling(*rs, where);
+  c.tie_word_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
+  c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
+  // Qwen2 has q/k/v biases by construction and no config key for them.
+  c.attention_bias = r.opt_bool("attention_bias").value_or(c.model_type == "qwen2");
+  c.torch_dtype = r.opt_string("torch_dtype").value_or(r.opt_string("dtype").value_or(""));
+  c.bos_token_id = r.opt_int("bos_token_id");
+  c.pad_token_id = r.opt_int("pad_token_id");
+  if (const json* e = r.get("eos_token_id")) {
+    // eos_token_id may be a list (Llama-3 instruct); keep the first here, all in raw.
+    if (e->is_array() && !e->empty() && (*e)[0].is_number_integer()) c.eos_token_id = (*e)[0].get<int64_t>();
+    else c.eos_token_id = r.opt_int("eos_token_id");
+  }
+
+  if (const json* hd = r.get("head_dim")) {
+    c.head_dim = r.positive_int("head_dim");
+    (void)hd;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      throw invalid_input(where, "hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
+                                     std::to_string(c.num_attention_heads) + " and no head_dim is given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw invalid_input(where, "num_attention_heads " + std::to_string(c.num_attention_heads) +
+                                   " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
+
+  // Sliding window: mistral uses it when set; qwen2/qwen3 only with use_sliding_window.
+  auto sw = r.opt_int("sliding_window");
+  bool use_sw = c.model_type == "mistral" || c.model_type == "mixtral" || r.opt_bool("use_sliding_window").value_or(false);
+  if (sw && use_sw) c.sliding_window = sw;
+  c.max_window_layers = r.opt_int("max_window_layers");
+
+  if (c.model_type == "mixtral") {
+    c.num_experts = r.positive_int("num_local_experts");
+    c.num_experts_per_tok = r.positive_int("num_experts_per_tok");
+    c.intermediate_size = r.positive_int("intermediate_size");
+  } else if (c.model_type == "qwen3_moe") {
+    c.num_experts = r.positive_int("num_experts");
+    c.num_experts_per_tok = r.positive_int("num_experts_per_tok");
+    c.moe_intermediate_size = r.positive_int("moe_intermediate_size");
+    c.intermediate_size = r.opt_int("intermediate_size").value_or(0);
+    c.decoder_sparse_step = r.opt_int("decoder_sparse_step").value_or(1);
+    c.norm_topk_prob = r.opt_bool("norm_topk_prob").value_or(false);
+  } else {
+    c.intermediate_size = r.positive_int("intermediate_size");
+  }
+  if (c.num_experts && c.num_experts_per_tok > c.num_experts)
+    throw invalid_input(where, "num_experts_per_tok exceeds the number of experts");
+
+  if (const json* q = r.get("quantization_config")) {
+    if (!q->is_object()) r.bad("quantization_config", "an object", *q);
+    c.quantization_config = *q;
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const fs::path& dir_or_file) {
+  fs::path p = fs::is_directory(dir_or_file) ? dir_or_file / "config.json" : dir_or_file;
+  if (!fs::exists(p)) throw not_found(p.string(), "no config.json (is this a Hugging Face model folder?)");
+  std::string text = read_text_file(p);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw invalid_input(p.string(), std::string("not valid JSON: ") + e.what());
+  }
+  return parse_model_config(j, p.string());
+}
+
+}  // namespace qf

@@ -1,0 +1,67 @@
+// config.json of a Hugging Face decoder-only model, parsed and validated.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace qf {
+
+// rope_scaling, every field kept. `type` is rope_type (or the older "type").
+struct RopeScaling {
+  std::string type;  // "llama3", "linear", "yarn", "dynamic", ...
+  double factor = 1.0;
+  std::optional<double> low_freq_factor, high_freq_factor;        // llama3
+  std::optional<int64_t> original_max_position_embeddings;       // llama3, yarn
+  std::optional<double> beta_fast, beta_slow, attention_factor;  // yarn
+  std::optional<double> mscale, mscale_all_dim;                  // yarn (deepseek style)
+  nlohmann::json raw;  // the object as written
+};
+
+struct ModelConfig {
+  std::string model_type;                 // llama, mistral, qwen2, qwen3, mixtral, qwen3_moe
+  std::vector<std::string> architectures; // e.g. LlamaForCausalLM
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v (and o for llama) biases; qwen2 always has q/k/v biases
+  bool mlp_bias = false;
+  std::optional<int64_t> sliding_window;  // mistral; qwen2/qwen3 when use_sliding_window
+  std::optional<int64_t> max_window_layers;
+  std::string torch_dtype;  // "float16", "bfloat16", "float32" ("" if absent)
+  std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
+  // Mixture of experts (mixtral, qwen3_moe): parsed for later use.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t decoder_sparse_step = 0;
+  bool norm_topk_prob = false;
+  std::optional<nlohmann::json> quantization_config;
+  nlohmann::json raw;  // the whole config.json
+
+  bool is_moe() const { return num_experts > 0; }
+  int64_t q_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+};
+
+const std::vector<std::string>& supported_model_types();
+
+// Parses the object; `where` names the source in error messages.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where);
+// Reads and parses <dir>/config.json (or a path to a config file).
+ModelConfig load_model_config(const std::filesystem::path& dir_or_file);
+
+}  // namespace qf

@@ -1,0 +1,32 @@
+// Resolving a model argument to the folder that holds config.json.
+//
+// Accepted forms:
+//   - a plain model folder (config.json inside);
+//   - a Hugging Face cache repo folder, models--ORG--NAME, holding refs/ and
+//     snapshots/REV/: the snapshot named by refs/<revision> (default "main"),
+//     or the only snapshot when there is no ref;
+//   - a snapshot folder itself (…/snapshots/REV);
+//   - a repo id ORG/NAME that is not a local path: looked up in the cache
+//     ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
+// Nothing is ever downloaded.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace qf {
+
+struct ResolvedModel {
+  std::filesystem::path dir;  // folder with config.json and weights
+  std::string kind;           // "folder", "hf-cache"
+  std::string repo_id;        // ORG/NAME for the cache forms
+  std::string revision;       // ref name or commit
+  std::string commit;         // snapshot folder name for the cache forms
+};
+
+ResolvedModel resolve_model(const std::string& arg, const std::string& revision = "main");
+
+// The Hugging Face hub cache folder this process would search.
+std::filesystem::path hf_hub_cache_dir();
+
+}  // namespace qf
