@@ -7,5 +7,6 @@ namespace qf::cli {
 
 // Adds the subcommand to `app`; its callback runs the command and may throw qf::Error.
 void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
 
 }  // namespace qf::cli

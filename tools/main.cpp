@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "no progress output on stderr")->configurable(false);
   app.parse_complete_callback([&] { qf::Progress::set_quiet(quiet); });
   qf::cli::register_inspect(app);
+  qf::cli::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
