@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/io.h"
+#include "formats/gguf/gguf_writer.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "test_util.h"
 
@@ -191,6 +192,28 @@ TEST(TokFixture, JsonAndModelGiveIdenticalIds) {
     EXPECT_EQ(from_json->decode(want), line);
   }
   EXPECT_GT(lines, 0u);
+}
+
+// tokenizer.json -> Vocab -> GGUF tokenizer metadata -> Vocab: the GGUF copy encodes
+// the evaluation text exactly as the Hugging Face original.
+TEST(TokFixture, TokenizerJsonSurvivesGgufExport) {
+  const fs::path eval = test::source_dir() / "tests" / "data" / "text" / "evaluation.txt";
+  if (!fs::exists(fixture_dir() / "tokenizer.json") || !fs::exists(eval)) GTEST_SKIP() << fixture_dir() << " is absent";
+  test::TempDir dir;
+  Vocab original = vocab_from_tokenizer_json(fixture_dir() / "tokenizer.json");
+  {
+    GgufWriter w(dir / "vocab.gguf");
+    write_tokenizer_metadata(w, original);
+    w.finish();
+  }
+  auto from_json = make_tokenizer(original);
+  auto from_gguf = load_tokenizer(dir / "vocab.gguf");
+  EXPECT_EQ(from_gguf->vocab().tokens, original.tokens);
+  std::ifstream in(eval);
+  size_t lines = 0;
+  for (std::string line; std::getline(in, line) && lines < 400; ++lines)
+    ASSERT_EQ(from_gguf->encode(line, true), from_json->encode(line, true)) << "line " << lines + 1;
+  EXPECT_EQ(lines, 400u);
 }
 
 TEST(TokFixture, FolderPrefersTokenizerJson) {
