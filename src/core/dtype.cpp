@@ -259,18 +259,26 @@ uint16_t f32_to_bf16(float f) {
 
 // ---- 8-bit floats --------------------------------------------------------------
 
+// Sign, NaN and overflow handling shared by the narrow float encoders: the
+// rounded magnitude is clamped to `max_code` (the largest finite code for the
+// saturating formats, the infinity code for e5m2) and NaN becomes `nan_code`,
+// each with the sign moved to bit `sign_bit`.
+uint8_t encode_narrow(float f, int man, int bias, int sign_bit, uint32_t nan_code, uint32_t max_code) {
+  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
+  const auto sign = static_cast<uint8_t>((u >> 31) << sign_bit);
+  if (a > kF32Inf) return static_cast<uint8_t>(sign | nan_code);
+  return static_cast<uint8_t>(sign | std::min(round_magnitude(a, man, bias), max_code));
+}
+
 float f8e4m3_to_f32(uint8_t v) {
   const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24, mag = v & 0x7fu;
   return float_of(sign | (mag == 0x7fu ? kF32QuietNan : expand_magnitude(mag, 3, 7)));
 }
 
 uint8_t f32_to_f8e4m3(float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (a > kF32Inf) return sign | 0x7fu;
   // 0x7f would be 480 (it is NaN), so anything rounding there or beyond, inf
-  // included, saturates to 448.
-  return static_cast<uint8_t>(sign | std::min(round_magnitude(a, 3, 7), 0x7eu));
+  // included, saturates to 448 (0x7e).
+  return encode_narrow(f, 3, 7, 7, 0x7fu, 0x7eu);
 }
 
 float f8e5m2_to_f32(uint8_t v) {
@@ -279,12 +287,7 @@ float f8e5m2_to_f32(uint8_t v) {
   return float_of(sign | expand_magnitude(mag, 2, 15));
 }
 
-uint8_t f32_to_f8e5m2(float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (a > kF32Inf) return sign | 0x7fu;
-  return static_cast<uint8_t>(sign | std::min(round_magnitude(a, 2, 15), 0x7cu));
-}
+uint8_t f32_to_f8e5m2(float f) { return encode_narrow(f, 2, 15, 7, 0x7fu, 0x7cu); }  // overflow -> inf (0x7c)
 
 // ---- fp4 ------------------------------------------------------------------------
 
@@ -292,12 +295,7 @@ float e2m1_to_f32(uint8_t v) {
   return float_of((static_cast<uint32_t>(v & 0x8u) << 28) | expand_magnitude(v & 0x7u, 1, 1));
 }
 
-uint8_t f32_to_e2m1(float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  const auto sign = static_cast<uint8_t>((u >> 28) & 0x8u);
-  if (a > kF32Inf) return sign | 0x7u;
-  return static_cast<uint8_t>(sign | std::min(round_magnitude(a, 1, 1), 0x7u));
-}
+uint8_t f32_to_e2m1(float f) { return encode_narrow(f, 1, 1, 3, 0x7u, 0x7u); }  // saturates to 6, NaN -> 6
 
 // ---- integers ---------------------------------------------------------------------
 

@@ -32,13 +32,18 @@ bool read_bool(const GgufFile& f, const char* name, bool fallback) {
   return f.has(key) ? f.get_bool(key) : fallback;
 }
 
+// Per-token arrays (types, scores) must have one entry per token.
+void check_per_token(const GgufFile& f, const std::string& key, size_t entries, size_t n_tokens) {
+  if (entries != n_tokens)
+    throw invalid_input(f.path().string(), "metadata '" + key + "' has " + std::to_string(entries) +
+                                               " entries, but tokenizer.ggml.tokens has " + std::to_string(n_tokens));
+}
+
 std::vector<TokenType> read_types(const GgufFile& f, size_t n_tokens) {
   const std::string key = key_of("token_type");
   if (!f.has(key)) return {};
   std::vector<int64_t> raw = f.get_int_array(key);
-  if (raw.size() != n_tokens)
-    throw invalid_input(f.path().string(), "metadata '" + key + "' has " + std::to_string(raw.size()) +
-                                               " entries, but tokenizer.ggml.tokens has " + std::to_string(n_tokens));
+  check_per_token(f, key, raw.size(), n_tokens);
   std::vector<TokenType> types;
   types.reserve(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
@@ -54,9 +59,7 @@ std::vector<float> read_scores(const GgufFile& f, size_t n_tokens) {
   const std::string key = key_of("scores");
   if (!f.has(key)) return {};
   std::vector<float> scores = f.get_float_array(key);
-  if (scores.size() != n_tokens)
-    throw invalid_input(f.path().string(), "metadata '" + key + "' has " + std::to_string(scores.size()) +
-                                               " entries, but tokenizer.ggml.tokens has " + std::to_string(n_tokens));
+  check_per_token(f, key, scores.size(), n_tokens);
   return scores;
 }
 
