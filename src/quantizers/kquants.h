@@ -1,0 +1,101 @@
+// GGUF block quantization: ggml's legacy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and
+// k-quant (Q2_K..Q6_K, Q8_K) formats, plus the trivial F32/F16/BF16 rows.
+//
+// Types are ggml type ids (qf::ggml_type::Q4_K, ...; block sizes and bytes per
+// block come from ggml_type_info). Every row length must be a multiple of the
+// type's block size (32 for the legacy types, 256 for the k-quants).
+//
+// quantize_rows without an importance matrix produces the same bytes as
+// llama.cpp's ggml_quantize_chunk (its quantize_row_*_ref algorithms); with
+// one, the same bytes as its weighted quantize_q*_K / quantize_q4_0 ... paths.
+// docs/kquants.md has the block layouts and how byte identity was checked.
+//
+// Dot products for the runtime follow ggml: the activation row is quantized to
+// the weight type's vec_dot_type (Q8_0, Q8_1 or Q8_K; F16/BF16/F32 for the
+// float rows), then vec_dot multiplies one weight row by it. vec_dot picks an
+// AVX2 kernel at run time when the CPU has AVX2+FMA+F16C (QF_SIMD=scalar
+// forces the scalar code); SIMD and scalar results are bit-identical.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/gguf/gguf.h"
+
+namespace qf::kquants {
+
+// True for the types this module quantizes, dequantizes and multiplies:
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K.
+// (Q8_1 and Q8_K are activation types: quantize_activation and dequantize_row
+// only.)
+bool is_supported(uint32_t type);
+
+// Bytes of one row of `n` elements. Throws qf::Error (unsupported type, or
+// `n` not a multiple of the block size).
+size_t row_size(uint32_t type, int64_t n);
+
+// Quantizes `nrows` rows of `n_per_row` floats into consecutive rows of
+// row_size(type, n_per_row) bytes. `imatrix` (nullable) holds n_per_row
+// importance weights shared by every row (llama-imatrix's mean x^2 per
+// column); it is ignored for Q8_0 and the float types, as in llama.cpp.
+void quantize_rows(uint32_t type, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                   const float* imatrix);
+
+// Decodes one row of `n` elements.
+void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);
+
+// The activation type vec_dot expects for a weight type: Q8_0 for Q4_0, Q5_0
+// and Q8_0; Q8_1 for Q4_1 and Q5_1; Q8_K for the k-quants; the type itself for
+// F32, F16 and BF16.
+uint32_t vec_dot_type(uint32_t type);
+
+// Quantizes an activation row of `n` floats to `vec_dot_type` (row_size bytes).
+void quantize_activation(uint32_t vec_dot_type, const float* x, void* dst, int64_t n);
+
+// Dot product of one weight row (`type`, n elements) with an activation row
+// already quantized to vec_dot_type(type). vec_dot dispatches to SIMD;
+// vec_dot_ref is the scalar definition (same result, bit for bit).
+float vec_dot(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
+float vec_dot_ref(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
+
+// The kernel family vec_dot uses: "avx2" or "scalar".
+const char* simd_level();
+
+// ---- block layouts (byte-packed, little-endian; fp16 fields as raw bits) ----
+#pragma pack(push, 1)
+struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };                     // x = (q - 8) d
+struct BlockQ4_1 { uint16_t d, m; uint8_t qs[16]; };                  // x = q d + m
+struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };      // x = (q - 16) d
+struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };   // x = q d + m
+struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };                      // x = q d
+struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };                   // s = d * sum(q)
+struct BlockQ2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; };
+struct BlockQ3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; };
+struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
+struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
+struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct BlockQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };    // bsums: sums of 16 qs
+#pragma pack(pop)
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+
+// 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K `scales[12]` array.
+inline void unpack_scale_min_k4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+// 6-bit scale of sub-block j (0..15) of a Q3_K `scales[12]` array, minus 32.
+inline int q3k_scale(int j, const uint8_t* s) {
+  const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+}  // namespace qf::kquants
