@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { qf::Progress::set_quiet(quiet); });
   qf::cli::register_inspect(app);
   qf::cli::register_tokenize(app);
+  qf::cli::register_convert(app);
+  qf::cli::register_generate(app);
+  qf::cli::register_eval(app);
+  qf::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

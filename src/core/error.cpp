@@ -12,6 +12,7 @@ const char* kind_name(ErrorKind kind) {
     case ErrorKind::Unsupported: return "unsupported";
     case ErrorKind::Io: return "i/o error";
     case ErrorKind::NotFound: return "not found";
+    case ErrorKind::GateFailed: return "gate failed";
   }
   return "error";
 }

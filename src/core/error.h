@@ -14,6 +14,7 @@ enum class ErrorKind {
   Unsupported = 4,  // well-formed but not supported (architecture, dtype, feature)
   Io = 5,           // cannot open, read, write or rename
   NotFound = 6,     // a named file, tensor or key is missing
+  GateFailed = 10,  // an evaluation gate (--max-ppl-delta, --max-kld, ...) failed
 };
 
 // Process exit code for an error kind (documented in README.md).

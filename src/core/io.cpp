@@ -72,7 +72,10 @@ AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), rd());
-    temp_ = dir / ("." + final_.filename().string() + suffix);
+    std::string name = ".";
+    name += final_.filename().string();
+    name += suffix;
+    temp_ = dir / name;
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) break;
   }
@@ -121,6 +124,48 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
   AtomicFile f(path);
   f.write(contents);
   f.commit();
+}
+
+StagingDir::StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
+  if (final_.filename().empty()) final_ = final_.parent_path();
+  std::error_code ec;
+  if (fs::exists(final_, ec) && !(fs::is_directory(final_, ec) && fs::is_empty(final_, ec)))
+    throw io_error(final_.string(), "already exists and is not an empty folder; remove it or choose another output");
+  fs::path dir = final_.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) throw io_error(final_.string(), "the parent folder " + dir.string() + " does not exist");
+  std::random_device rd;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), rd());
+    std::string name = ".";
+    name += final_.filename().string();
+    name += suffix;
+    temp_ = dir / name;
+    if (::mkdir(temp_.c_str(), 0755) == 0) return;
+    if (errno != EEXIST) break;
+  }
+  throw io_error(final_.string(), "cannot create a temporary folder in " + dir.string() + ": " + errno_text());
+}
+
+StagingDir::~StagingDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(temp_, ec);
+}
+
+void StagingDir::commit() {
+  std::error_code ec;
+  if (fs::is_directory(final_, ec) && fs::is_empty(final_, ec)) fs::remove(final_, ec);
+  if (::rename(temp_.c_str(), final_.c_str()) != 0)
+    throw io_error(final_.string(), "cannot rename " + temp_.string() + " into place: " + errno_text());
+  committed_ = true;
+  fs::path dir = final_.parent_path();
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
 }
 
 }  // namespace qf

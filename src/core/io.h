@@ -58,6 +58,27 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// An output folder built under a temporary name beside its final name
+// (".NAME.tmp.PID.RAND") and renamed into place by commit(). The final name
+// must not exist, or be an empty folder. Destroyed without commit(), the
+// temporary folder and everything in it are removed, so a failed or killed
+// run never leaves a half-written folder under the final name.
+class StagingDir {
+ public:
+  explicit StagingDir(std::filesystem::path final_dir);
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const std::filesystem::path& path() const { return temp_; }  // write here
+  const std::filesystem::path& final_path() const { return final_; }
+  void commit();
+
+ private:
+  std::filesystem::path final_, temp_;
+  bool committed_ = false;
+};
+
 // Convenience: atomically replace `path` with `contents`.
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 

@@ -73,4 +73,10 @@ Vocab vocab_from_sentencepiece_model(const std::filesystem::path& path);
 Vocab vocab_from_llama2c(const std::filesystem::path& path);
 Vocab vocab_from_gguf(const std::filesystem::path& path);
 
+// Writes tokenizer.json, tokenizer_config.json and special_tokens_map.json
+// for a "llama" (SentencePiece BPE) vocabulary into `dir`, as Hugging Face's
+// LlamaTokenizerFast files (merges derived from the scores the way HF's
+// converter does).
+void write_hf_tokenizer(const Vocab& vocab, const std::filesystem::path& dir, int64_t model_max_length);
+
 }  // namespace qf

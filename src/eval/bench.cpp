@@ -1,0 +1,107 @@
+#include "eval/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/cpu/kernels.h"
+
+namespace qf::eval {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+uint64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+double measure_copy_bandwidth(ThreadPool& pool) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  const int64_t parts = pool.size() * 4;
+  double best = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const double t0 = now_s();
+    pool.parallel_for(parts, 1, [&](const Chunk& c) {
+      for (int64_t p = c.begin; p < c.end; ++p) {
+        const size_t lo = bytes / static_cast<size_t>(parts) * static_cast<size_t>(p);
+        const size_t hi = p + 1 == parts ? bytes : lo + bytes / static_cast<size_t>(parts);
+        std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+      }
+    });
+    const double dt = now_s() - t0;
+    if (pass > 0) best = std::max(best, 2.0 * static_cast<double>(bytes) / dt);  // pass 0 faults the pages in
+  }
+  return best;
+}
+
+BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool) {
+  if (o.prompt < 1 || o.gen < 0 || o.batch < 1) throw Error(ErrorKind::Usage, "bench: -p >= 1, -n >= 0 and --batch >= 1");
+  if (model.max_context() > 0 && o.prompt + o.gen > model.max_context())
+    throw invalid_input("bench", "-p " + std::to_string(o.prompt) + " plus -n " + std::to_string(o.gen) +
+                                     " exceeds the model's context of " + std::to_string(model.max_context()));
+  BenchResult r;
+  r.prompt = o.prompt, r.gen = o.gen, r.batch = o.batch;
+  r.kv_dtype = rt::kv_dtype_name(o.kv_dtype);
+  r.simd = rt::simd_level_name(rt::simd_level());
+  r.threads = pool.size();
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.vocab_size() - 1));
+  const int64_t per_seq = o.prompt + o.gen;
+  double best_prefill = 1e300, best_decode = 1e300, best_ttft = 1e300;
+  for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
+    rt::KvCache cache = model.make_cache(o.kv_dtype, (per_seq + 16) * o.batch);  // blocks round up per sequence
+    std::vector<int32_t> seqs;
+    for (int64_t s = 0; s < o.batch; ++s) seqs.push_back(cache.add_sequence());
+    std::vector<float> logits;
+    rt::Batch b;
+    // Time to first token: the first sequence's prompt alone, then its first sample.
+    double prefill = 0, ttft = 0;
+    for (int64_t s = 0; s < o.batch; ++s) {
+      b.clear();
+      for (int64_t j = 0; j < o.prompt; ++j) b.add(tok(rng), seqs[static_cast<size_t>(s)], j, j + 1 == o.prompt);
+      const double t0 = now_s();
+      model.forward(b, cache, logits, pool);
+      const double dt = now_s() - t0;
+      prefill += dt;
+      if (s == 0) ttft = dt;
+    }
+    const double t0 = now_s();
+    for (int64_t step = 0; step < o.gen; ++step) {
+      b.clear();
+      for (int64_t s = 0; s < o.batch; ++s) b.add(tok(rng), seqs[static_cast<size_t>(s)], o.prompt + step, true);
+      model.forward(b, cache, logits, pool);
+    }
+    const double decode = now_s() - t0;
+    best_prefill = std::min(best_prefill, prefill);
+    best_decode = std::min(best_decode, decode);
+    best_ttft = std::min(best_ttft, ttft);
+    r.kv_bytes_reserved = cache.bytes_reserved();
+    r.kv_bytes_used = cache.bytes_used();
+    r.kv_bytes_per_token = cache.bytes_per_token();
+  }
+  r.prefill_tokens_per_s = static_cast<double>(o.prompt * o.batch) / best_prefill;
+  r.decode_tokens_per_s = o.gen > 0 ? static_cast<double>(o.gen * o.batch) / best_decode : 0;
+  r.ttft_seconds = best_ttft;
+  r.weight_bytes_per_step = model.bytes_per_token();
+  r.peak_rss_bytes = peak_rss_bytes();  // before the bandwidth test's buffers
+  r.copy_bandwidth_bytes_per_s = measure_copy_bandwidth(pool);
+  // A decode step reads every weight once whatever the batch, plus the KV cache.
+  r.decode_bound_tokens_per_s =
+      static_cast<double>(o.batch) * r.copy_bandwidth_bytes_per_s / 2.0 / static_cast<double>(r.weight_bytes_per_step);
+  return r;
+}
+
+}  // namespace qf::eval

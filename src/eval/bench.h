@@ -1,0 +1,44 @@
+// Throughput benchmark of the runtime: prefill and decode tokens/s, time to
+// first token, KV-cache bytes, peak RSS, and the memory-bandwidth bound of
+// decode (weight bytes read per step against a measured copy bandwidth).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "runtime/model.h"
+
+namespace qf::eval {
+
+struct BenchOptions {
+  int64_t prompt = 512;
+  int64_t gen = 128;
+  int64_t batch = 1;
+  int reps = 1;           // repetitions; the best is reported
+  rt::KvDType kv_dtype = rt::KvDType::F16;
+  uint64_t seed = 1;
+};
+
+struct BenchResult {
+  int64_t prompt = 0, gen = 0, batch = 0;
+  std::string kv_dtype, simd;
+  int threads = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, ttft_seconds = 0;
+  uint64_t kv_bytes_reserved = 0, kv_bytes_used = 0, kv_bytes_per_token = 0;
+  uint64_t peak_rss_bytes = 0;
+  uint64_t weight_bytes_per_step = 0;       // bytes of weights one decode step reads
+  double copy_bandwidth_bytes_per_s = 0;    // measured memcpy bandwidth (read + write counted once each)
+  double decode_bound_tokens_per_s = 0;     // batch * bandwidth / weight bytes per step
+};
+
+BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool);
+
+// Bytes/s of a large memcpy on all threads of the pool (read bytes + written
+// bytes per second), best of a few passes.
+double measure_copy_bandwidth(ThreadPool& pool);
+
+// Peak resident set size of this process (VmHWM), 0 if unknown.
+uint64_t peak_rss_bytes();
+
+}  // namespace qf::eval

@@ -1,0 +1,217 @@
+#include "eval/perplexity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/sampler.h"
+
+namespace qf::eval {
+
+const char* ppl_mode_name(PplMode m) {
+  switch (m) {
+    case PplMode::Chunks: return "chunks";
+    case PplMode::Windows: return "windows";
+    case PplMode::Lines: return "lines";
+  }
+  return "?";
+}
+
+PplMode parse_ppl_mode(const std::string& s) {
+  if (s == "chunks") return PplMode::Chunks;
+  if (s == "windows") return PplMode::Windows;
+  if (s == "lines") return PplMode::Lines;
+  throw Error(ErrorKind::Usage, "unknown --ppl-mode '" + s + "' (expected chunks, windows or lines)");
+}
+
+int64_t default_ctx(PplMode m) { return m == PplMode::Windows ? 2048 : 512; }
+
+namespace {
+
+std::vector<std::string> nonempty_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t b = 0;
+  while (b <= text.size()) {
+    size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    std::string line = text.substr(b, e - b);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(std::move(line));
+    b = e + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<Span> make_spans(const Tokenizer& tok, const std::string& text, const PplOptions& o,
+                             int64_t max_context, const std::string& where) {
+  const int64_t ctx = o.ctx > 0 ? o.ctx : default_ctx(o.mode);
+  if (ctx < 2) throw Error(ErrorKind::Usage, "--ctx must be at least 2");
+  if (max_context > 0 && ctx > max_context)
+    throw invalid_input(where, "context " + std::to_string(ctx) + " exceeds the model's maximum of " +
+                                   std::to_string(max_context) + " positions (lower --ctx)");
+  const bool bos = tok.bos_id() >= 0;
+  std::vector<Span> spans;
+  if (o.mode == PplMode::Lines) {
+    for (const std::string& line : nonempty_lines(text)) {
+      std::vector<int32_t> ids = tok.encode(line, bos);
+      // Consecutive windows share one token, so every token after BOS is
+      // predicted exactly once.
+      for (size_t b = 0; b + 1 < ids.size(); b += static_cast<size_t>(ctx - 1))
+        spans.push_back({std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(b),
+                                              ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), b + static_cast<size_t>(ctx)))),
+                         0});
+    }
+  } else {
+    std::vector<int32_t> ids;
+    if (o.bos_per_line) {
+      if (o.mode != PplMode::Windows) throw Error(ErrorKind::Usage, "--bos-per-line applies to --ppl-mode windows");
+      for (const std::string& line : nonempty_lines(text)) {
+        std::vector<int32_t> l = tok.encode(line, bos);
+        ids.insert(ids.end(), l.begin(), l.end());
+      }
+    } else {
+      ids = tok.encode(text, bos);
+    }
+    const size_t n = ids.size(), c = static_cast<size_t>(ctx);
+    for (size_t b = 0; b + c <= n; b += c) {
+      Span s{std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(b + c)),
+             o.mode == PplMode::Chunks ? ctx / 2 : 0};
+      if (o.mode == PplMode::Chunks && bos) s.tokens[0] = tok.bos_id();
+      spans.push_back(std::move(s));
+    }
+    if (o.mode == PplMode::Windows && o.keep_tail && n % c >= 2)
+      spans.push_back({std::vector<int32_t>(ids.end() - static_cast<std::ptrdiff_t>(n % c), ids.end()), 0});
+    if (spans.empty())
+      throw invalid_input(where, "the text has " + std::to_string(n) + " tokens, fewer than one " +
+                                     (o.mode == PplMode::Chunks ? "chunk" : "window") + " of " + std::to_string(ctx) +
+                                     " (use a longer text or a smaller --ctx)");
+  }
+  if (spans.empty()) throw invalid_input(where, "the text has no line with at least 2 tokens");
+  if (o.max_spans > 0 && static_cast<int64_t>(spans.size()) > o.max_spans) spans.resize(static_cast<size_t>(o.max_spans));
+  return spans;
+}
+
+namespace {
+
+double run_span(const rt::Model& m, const Span& s, const PplOptions& o, ThreadPool& pool, std::vector<float>& logits) {
+  rt::KvCache cache = m.make_cache(o.kv_dtype, static_cast<int64_t>(s.tokens.size()));
+  const int32_t seq = cache.add_sequence();
+  rt::Batch b;
+  const int64_t n = static_cast<int64_t>(s.tokens.size());
+  for (int64_t j = 0; j < n; ++j) b.add(s.tokens[static_cast<size_t>(j)], seq, j, j >= s.first_scored && j + 1 < n);
+  auto t0 = std::chrono::steady_clock::now();
+  m.forward(b, cache, logits, pool);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std::vector<Span>& spans,
+                    const PplOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
+  const int64_t V = model.vocab_size();
+  if (baseline && baseline->vocab_size() != V)
+    throw invalid_input("--baseline", "vocabulary sizes differ: " + std::to_string(V) + " vs " +
+                                          std::to_string(baseline->vocab_size()));
+  EvalResult r;
+  r.mode = ppl_mode_name(o.mode);
+  r.ctx = o.ctx > 0 ? o.ctx : default_ctx(o.mode);
+  r.spans = static_cast<int64_t>(spans.size());
+  r.has_baseline = baseline != nullptr;
+  std::vector<double> nll, base_nll, kld;
+  std::vector<uint8_t> top1;
+  std::vector<float> logits, base_logits;
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const Span& s = spans[si];
+    r.seconds += run_span(model, s, o, pool, logits);
+    if (baseline) r.base_seconds += run_span(*baseline, s, o, pool, base_logits);
+    r.tokens_processed += static_cast<int64_t>(s.tokens.size());
+    // Per scored token, independently (so any thread count gives the same
+    // numbers): NLL, and against the baseline KL and top-1 agreement.
+    const int64_t m = s.scored();
+    const size_t base = nll.size();
+    nll.resize(base + static_cast<size_t>(m));
+    if (baseline) {
+      base_nll.resize(base + static_cast<size_t>(m));
+      kld.resize(base + static_cast<size_t>(m));
+      top1.resize(base + static_cast<size_t>(m));
+    }
+    pool.parallel_for(m, 16, [&](const Chunk& c) {
+      for (int64_t k = c.begin; k < c.end; ++k) {
+        const size_t at = base + static_cast<size_t>(k);
+        const int32_t target = s.tokens[static_cast<size_t>(s.first_scored + k + 1)];
+        const float* lm = logits.data() + k * V;
+        const double lse = rt::logsumexp(lm, V);
+        nll[at] = lse - lm[target];
+        if (!baseline) continue;
+        const float* lb = base_logits.data() + k * V;
+        const double blse = rt::logsumexp(lb, V);
+        base_nll[at] = blse - lb[target];
+        kld[at] = std::max(0.0, rt::kl_divergence(lb, blse, lm, lse, V));
+        top1[at] = rt::argmax(lm, V) == rt::argmax(lb, V);
+      }
+    });
+    if (progress) progress(static_cast<int64_t>(si + 1), static_cast<int64_t>(spans.size()));
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0.0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  r.tokens_scored = static_cast<int64_t>(nll.size());
+  r.nll_mean = mean(nll);
+  r.ppl = std::exp(r.nll_mean);
+  if (nll.size() > 1) {
+    double var = 0.0;
+    for (double x : nll) var += (x - r.nll_mean) * (x - r.nll_mean);
+    var /= static_cast<double>(nll.size() - 1);
+    r.ppl_stderr = r.ppl * std::sqrt(var / static_cast<double>(nll.size()));
+  }
+  if (baseline) {
+    r.base_nll_mean = mean(base_nll);
+    r.base_ppl = std::exp(r.base_nll_mean);
+    r.ppl_delta = r.ppl - r.base_ppl;
+    r.ppl_ratio = r.ppl / r.base_ppl;
+    r.kld_mean = mean(kld);
+    std::vector<double> sorted = kld;
+    std::sort(sorted.begin(), sorted.end());
+    if (!sorted.empty()) {
+      r.kld_max = sorted.back();
+      const size_t idx = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(sorted.size()))) - 1;
+      r.kld_p99 = sorted[std::min(idx, sorted.size() - 1)];
+    }
+    int64_t agree = 0;
+    for (uint8_t a : top1) agree += a;
+    r.top1_agreement = kld.empty() ? 0.0 : static_cast<double>(agree) / static_cast<double>(kld.size());
+  }
+  return r;
+}
+
+std::vector<std::string> check_gate(const Gate& g, const EvalResult& r) {
+  if (g.any() && !r.has_baseline)
+    throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
+  std::vector<std::string> fails;
+  char buf[256];
+  if (g.max_ppl_delta && r.ppl_delta > *g.max_ppl_delta) {
+    std::snprintf(buf, sizeof buf, "perplexity delta %.4f exceeds --max-ppl-delta %.4f by %.4f", r.ppl_delta,
+                  *g.max_ppl_delta, r.ppl_delta - *g.max_ppl_delta);
+    fails.push_back(buf);
+  }
+  if (g.max_ppl_ratio && r.ppl_ratio > *g.max_ppl_ratio) {
+    std::snprintf(buf, sizeof buf, "perplexity ratio %.5f exceeds --max-ppl-ratio %.5f by %.5f", r.ppl_ratio,
+                  *g.max_ppl_ratio, r.ppl_ratio - *g.max_ppl_ratio);
+    fails.push_back(buf);
+  }
+  if (g.max_kld && r.kld_mean > *g.max_kld) {
+    std::snprintf(buf, sizeof buf, "mean KL divergence %.6f exceeds --max-kld %.6f by %.6f", r.kld_mean, *g.max_kld,
+                  r.kld_mean - *g.max_kld);
+    fails.push_back(buf);
+  }
+  return fails;
+}
+
+}  // namespace qf::eval

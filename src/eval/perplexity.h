@@ -1,0 +1,86 @@
+// Perplexity and comparison against a baseline model.
+//
+// The text is cut into spans the model reads from scratch (a fresh KV cache
+// each); inside a span, the logits at position j predict token j + 1 and
+// positions first_scored .. size-2 are scored. Three conventions:
+//   chunks  llama.cpp's llama-perplexity: the whole text tokenized with BOS,
+//           non-overlapping chunks of ctx (default 512), the first token of
+//           each chunk replaced by BOS, only the second half scored
+//           (first_scored = ctx / 2);
+//   windows the GPTQ/AWQ papers': the joined text tokenized once, non-
+//           overlapping windows of ctx (default 2048), every token after the
+//           first of each window scored; the tail shorter than ctx is dropped
+//           unless keep_tail (then kept when it has 2 tokens or more);
+//   lines   each non-empty line on its own, BOS + tokens, in windows of at
+//           most ctx (default 512) that overlap by one token, so that every
+//           token after BOS is predicted exactly once.
+// bos_per_line (windows only) tokenizes each non-empty line with BOS and
+// joins the token streams instead of tokenizing the text once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/model.h"
+
+namespace qf::eval {
+
+enum class PplMode { Chunks, Windows, Lines };
+const char* ppl_mode_name(PplMode m);
+PplMode parse_ppl_mode(const std::string& s);
+
+struct PplOptions {
+  PplMode mode = PplMode::Chunks;
+  int64_t ctx = 0;          // 0: the mode's default
+  bool bos_per_line = false;
+  bool keep_tail = false;
+  int64_t max_spans = 0;    // 0: all
+  rt::KvDType kv_dtype = rt::KvDType::F16;
+};
+
+struct Span {
+  std::vector<int32_t> tokens;
+  int64_t first_scored = 0;
+  int64_t scored() const { return static_cast<int64_t>(tokens.size()) - 1 - first_scored; }
+};
+
+int64_t default_ctx(PplMode m);
+
+// Cuts the text into spans. Throws InvalidInput when the text yields no span
+// (shorter than one chunk or window) and when ctx exceeds max_context (> 0).
+std::vector<Span> make_spans(const Tokenizer& tok, const std::string& text, const PplOptions& o,
+                             int64_t max_context, const std::string& where);
+
+struct EvalResult {
+  std::string mode;
+  int64_t ctx = 0, spans = 0, tokens_scored = 0, tokens_processed = 0;
+  double nll_mean = 0, ppl = 0, ppl_stderr = 0;
+  double seconds = 0;  // forward time of the evaluated model
+  // With a baseline:
+  bool has_baseline = false;
+  double base_nll_mean = 0, base_ppl = 0, ppl_delta = 0, ppl_ratio = 0;
+  double kld_mean = 0, kld_p99 = 0, kld_max = 0, top1_agreement = 0;
+  double base_seconds = 0;
+};
+
+// Scores the spans with `model` and, when given, `baseline` on the same
+// tokens: KL(baseline || model) per scored token, its mean, 99th percentile
+// and maximum, and how often both models' top-1 tokens agree.
+EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std::vector<Span>& spans,
+                    const PplOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress = {});
+
+// Bounds a CI job sets; a failed bound is reported with the measured value.
+struct Gate {
+  std::optional<double> max_ppl_delta, max_ppl_ratio, max_kld;
+  bool any() const { return max_ppl_delta || max_ppl_ratio || max_kld; }
+};
+// Messages of the failed bounds (empty when the gate passes). Bounds on the
+// baseline comparison need a baseline (Usage error otherwise).
+std::vector<std::string> check_gate(const Gate& g, const EvalResult& r);
+
+}  // namespace qf::eval

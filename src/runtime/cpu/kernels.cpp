@@ -1,0 +1,450 @@
+#include "runtime/cpu/kernels.h"
+
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* operands).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace qf::rt {
+
+// ---- level selection --------------------------------------------------------
+
+SimdLevel best_simd_level() {
+  static const SimdLevel best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
+      return SimdLevel::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return SimdLevel::Avx2;
+    return SimdLevel::Scalar;
+  }();
+  return best;
+}
+
+namespace {
+
+SimdLevel initial_level() {
+  const char* env = std::getenv("QF_SIMD");
+  SimdLevel best = best_simd_level();
+  if (!env || !*env) return best;
+  std::string v = env;
+  SimdLevel want = v == "scalar" ? SimdLevel::Scalar : v == "avx2" ? SimdLevel::Avx2 : SimdLevel::Avx512;
+  return std::min(want, best);
+}
+
+std::atomic<int> g_level{-1};
+
+}  // namespace
+
+SimdLevel simd_level() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l < 0) {
+    l = static_cast<int>(initial_level());
+    g_level.store(l, std::memory_order_relaxed);
+  }
+  return static_cast<SimdLevel>(l);
+}
+
+void set_simd_level(SimdLevel level) {
+  g_level.store(static_cast<int>(std::min(level, best_simd_level())), std::memory_order_relaxed);
+}
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Scalar: return "scalar";
+    case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+// ---- scalar references ------------------------------------------------------
+
+namespace ref {
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::F16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    default:
+      throw Error(ErrorKind::Internal, std::string("row_to_f32: no float row conversion for ") + dtype_name(dtype));
+  }
+}
+
+}  // namespace ref
+
+// ---- AVX2 -------------------------------------------------------------------
+
+namespace {
+
+__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* x, const float* w, int64_t n, float* y) {
+  const float* w0 = w;
+  const float* w1 = w + n;
+  const float* w2 = w + 2 * n;
+  const float* w3 = w + 3 * n;
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xv = _mm256_loadu_ps(x + i);
+    s0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0 + i), s0);
+    s1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1 + i), s1);
+    s2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2 + i), s2);
+    s3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3 + i), s3);
+  }
+  float r0 = hsum256(s0), r1 = hsum256(s1), r2 = hsum256(s2), r3 = hsum256(s3);
+  for (; i < n; ++i) {
+    r0 += x[i] * w0[i];
+    r1 += x[i] * w1[i];
+    r2 += x[i] * w2[i];
+    r3 += x[i] * w3[i];
+  }
+  y[0] = r0, y[1] = r1, y[2] = r2, y[3] = r3;
+}
+
+__attribute__((target("avx2,fma,f16c"))) void f16_to_f32_avx2(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(d + i, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx2,fma"))) void bf16_to_f32_avx2(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+  }
+  for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+}
+
+
+// exp(x), x clamped to [-87, 88]: 2^(x log2 e) split into 2^n * 2^f,
+// 2^f by a degree-6 polynomial on [-0.5, 0.5]; relative error below 2e-7.
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(t, n);
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) void softmax_avx2(float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    _mm256_storeu_ps(x + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float s = hsum256(sum);
+  if (i < n) {
+    float tmp[8] = {0};
+    for (int64_t j = i; j < n; ++j) tmp[j - i] = x[j] - mx;
+    for (int64_t j = n - i; j < 8; ++j) tmp[j] = -100.f;
+    __m256 e = exp_avx2(_mm256_loadu_ps(tmp));
+    _mm256_storeu_ps(tmp, e);
+    for (int64_t j = i; j < n; ++j) {
+      x[j] = tmp[j - i];
+      s += tmp[j - i];
+    }
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / s);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (; i < n; ++i) x[i] *= 1.0f / s;
+}
+
+__attribute__((target("avx2,fma"))) void swiglu_avx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+__attribute__((target("avx2,fma"))) float max_avx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  float buf[8];
+  _mm256_storeu_ps(buf, m);
+  float r = buf[0];
+  for (int j = 1; j < 8; ++j) r = std::max(r, buf[j]);
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  return r;
+}
+
+// Sums in float lanes per block of 1024 elements, blocks in double.
+__attribute__((target("avx2,fma"))) double logsumexp_avx2(const float* x, int64_t n) {
+  const float mx = max_avx2(x, n);
+  const __m256 m = _mm256_set1_ps(mx);
+  double total = 0.0;
+  int64_t i = 0;
+  while (i + 8 <= n) {
+    __m256 acc = _mm256_setzero_ps();
+    const int64_t end = std::min(n, i + 1024);
+    for (; i + 8 <= end; i += 8) acc = _mm256_add_ps(acc, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m)));
+    total += hsum256(acc);
+  }
+  for (; i < n; ++i) total += std::exp(x[i] - mx);
+  return mx + std::log(total);
+}
+
+__attribute__((target("avx2,fma"))) double kl_avx2(const float* p, double p_lse, const float* q, double q_lse, int64_t n) {
+  const __m256 pl = _mm256_set1_ps(static_cast<float>(p_lse));
+  const __m256 d = _mm256_set1_ps(static_cast<float>(q_lse - p_lse));
+  double total = 0.0;
+  int64_t i = 0;
+  while (i + 8 <= n) {
+    __m256 acc = _mm256_setzero_ps();
+    const int64_t end = std::min(n, i + 1024);
+    for (; i + 8 <= end; i += 8) {
+      const __m256 lp = _mm256_sub_ps(_mm256_loadu_ps(p + i), pl);  // log P_i
+      const __m256 diff = _mm256_add_ps(_mm256_sub_ps(_mm256_loadu_ps(p + i), _mm256_loadu_ps(q + i)), d);
+      acc = _mm256_fmadd_ps(exp_avx2(lp), diff, acc);
+    }
+    total += hsum256(acc);
+  }
+  for (; i < n; ++i) {
+    const double lp = p[i] - p_lse, lq = q[i] - q_lse;
+    total += std::exp(lp) * (lp - lq);
+  }
+  return total;
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// ---- AVX-512 ----------------------------------------------------------------
+
+__attribute__((target("avx512f"))) inline float hsum512(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum256(_mm256_add_ps(lo, hi));
+}
+
+__attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  if (i < n) {
+    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+  }
+  return hsum512(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f"))) void dot4_avx512(const float* x, const float* w, int64_t n, float* y) {
+  const float* w0 = w;
+  const float* w1 = w + n;
+  const float* w2 = w + 2 * n;
+  const float* w3 = w + 3 * n;
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 xv = _mm512_loadu_ps(x + i);
+    s0 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w0 + i), s0);
+    s1 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w1 + i), s1);
+    s2 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w2 + i), s2);
+    s3 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w3 + i), s3);
+  }
+  if (i < n) {
+    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    s0 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w0 + i), s0);
+    s1 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w1 + i), s1);
+    s2 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w2 + i), s2);
+    s3 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w3 + i), s3);
+  }
+  y[0] = hsum512(s0);
+  y[1] = hsum512(s1);
+  y[2] = hsum512(s2);
+  y[3] = hsum512(s3);
+}
+
+__attribute__((target("avx512f"))) void f16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+  if (i < n) f16_to_f32_avx2(s + i, d + i, n - i);
+}
+
+}  // namespace
+
+// ---- dispatch ---------------------------------------------------------------
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  switch (simd_level()) {
+    case SimdLevel::Avx512: return dot_avx512(a, b, n);
+    case SimdLevel::Avx2: return dot_avx2(a, b, n);
+    default: return ref::dot_f32(a, b, n);
+  }
+}
+
+void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y) {
+  SimdLevel level = simd_level();
+  int64_t r = 0;
+  if (level != SimdLevel::Scalar) {
+    for (; r + 4 <= rows; r += 4) {
+      if (level == SimdLevel::Avx512) dot4_avx512(x, w + r * n, n, y + r);
+      else dot4_avx2(x, w + r * n, n, y + r);
+    }
+  }
+  for (; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
+}
+
+void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
+  SimdLevel level = simd_level();
+  if (dtype == DType::F16 && level == SimdLevel::Avx512)
+    return f16_to_f32_avx512(static_cast<const uint16_t*>(src), dst, n);
+  if (dtype == DType::F16 && level == SimdLevel::Avx2)
+    return f16_to_f32_avx2(static_cast<const uint16_t*>(src), dst, n);
+  if (dtype == DType::BF16 && level != SimdLevel::Scalar)
+    return bf16_to_f32_avx2(static_cast<const uint16_t*>(src), dst, n);
+  ref::row_to_f32(dtype, src, dst, n);
+}
+
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  if (weight) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+  if (simd_level() != SimdLevel::Scalar) return swiglu_avx2(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+namespace ref {
+
+void softmax(float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+double logsumexp(const float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
+  return mx + std::log(sum);
+}
+
+double kl_divergence(const float* p, double p_lse, const float* q, double q_lse, int64_t n) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double lp = p[i] - p_lse, lq = q[i] - q_lse;
+    total += std::exp(lp) * (lp - lq);
+  }
+  return total;
+}
+
+}  // namespace ref
+
+double logsumexp(const float* x, int64_t n) {
+  if (simd_level() != SimdLevel::Scalar) return logsumexp_avx2(x, n);
+  return ref::logsumexp(x, n);
+}
+
+double kl_divergence(const float* p, double p_lse, const float* q, double q_lse, int64_t n) {
+  if (simd_level() != SimdLevel::Scalar) return kl_avx2(p, p_lse, q, q_lse, n);
+  return ref::kl_divergence(p, p_lse, q, q_lse, n);
+}
+
+void softmax(float* x, int64_t n) {
+  if (simd_level() != SimdLevel::Scalar) return softmax_avx2(x, n);
+  ref::softmax(x, n);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  if (simd_level() != SimdLevel::Scalar) return axpy_avx2(a, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,60 @@
+// Float kernels of the CPU runtime: dot products against f32/f16/bf16 rows,
+// row conversion, RMSNorm, SwiGLU, softmax.
+//
+// Each kernel has a plain scalar reference (namespace `ref`) and SIMD
+// versions (AVX2+FMA+F16C, AVX-512) chosen once at start-up from what the
+// CPU reports. QF_SIMD=scalar in the environment, or set_simd_level(), forces
+// a level; tests run the same model through every level and compare logits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace qf::rt {
+
+enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+SimdLevel simd_level();                 // the level in use
+SimdLevel best_simd_level();            // the best this CPU supports
+void set_simd_level(SimdLevel level);   // clamped to best_simd_level()
+const char* simd_level_name(SimdLevel level);
+
+// sum_i a[i] * b[i]
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// Converts n elements of a weight row (F32, F16 or BF16) to f32.
+void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
+
+// y[r] = dot(x, w_r) for `rows` consecutive f32 rows w of length n: x is read
+// once per group of rows instead of once per row.
+void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
+
+// out = x / rms(x) * weight  (weight may equal nullptr: no scaling)
+void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
+
+// gate[i] = silu(gate[i]) * up[i]
+void swiglu(float* gate, const float* up, int64_t n);
+
+// In place: x = softmax(x); returns nothing. n >= 1.
+void softmax(float* x, int64_t n);
+
+// log(sum_i exp(x[i])), accumulated in double.
+double logsumexp(const float* x, int64_t n);
+
+// KL(P || Q) for P = softmax(p_logits), Q = softmax(q_logits), given their
+// logsumexp values: sum_i P_i (log P_i - log Q_i).
+double kl_divergence(const float* p_logits, double p_lse, const float* q_logits, double q_lse, int64_t n);
+
+// y += a * x
+void axpy(float a, const float* x, float* y, int64_t n);
+
+namespace ref {
+float dot_f32(const float* a, const float* b, int64_t n);
+void softmax(float* x, int64_t n);
+void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
+double logsumexp(const float* x, int64_t n);
+double kl_divergence(const float* p_logits, double p_lse, const float* q_logits, double q_lse, int64_t n);
+}  // namespace ref
+
+}  // namespace qf::rt

@@ -1,0 +1,164 @@
+// The runtime against real outputs: stories260K (llama2.c's own greedy texts
+// and reference perplexity) and the bundled fixture (its training report).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/io.h"
+#include "eval/perplexity.h"
+#include "formats/llama2c/llama2c_model.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/generate.h"
+#include "test_util.h"
+
+namespace qf::rt {
+namespace {
+
+using namespace qf::test;
+
+std::filesystem::path stories_dir() { return shared_dir() / "models" / "stories260K"; }
+
+class Stories : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(stories_dir() / "stories260K.bin")) return;
+    dir_ = new TempDir();
+    convert_llama2c_to_hf(stories_dir() / "stories260K.bin", stories_dir() / "tok512.bin", dir_->path() / "hf");
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!dir_) GTEST_SKIP() << "../shared/models/stories260K is absent";
+    model_ = load_model((dir_->path() / "hf").string());
+    tok_ = load_tokenizer(dir_->path() / "hf");
+  }
+  std::string greedy(const std::string& prompt, int64_t n) {
+    GenerateOptions o;
+    o.max_new_tokens = n;
+    std::string out;
+    generate(*model_, *tok_, prompt, o, ThreadPool::global(), [&](const std::string& s) { out += s; });
+    return out + "\n";  // llama2.c ends with a newline
+  }
+  static TempDir* dir_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+};
+TempDir* Stories::dir_ = nullptr;
+
+TEST_F(Stories, GreedyFromBosMatchesLlama2cByteForByte) {
+  EXPECT_EQ(greedy("", 256), read_text_file(stories_dir() / "greedy_bos_n256.txt"));
+}
+
+TEST_F(Stories, GreedyFromPromptMatchesLlama2cByteForByte) {
+  // llama2.c's -n 64 counts positions: BOS + prompt tokens + new tokens = 64 + 1.
+  const int64_t prompt_tokens = static_cast<int64_t>(tok_->encode("Once upon a time", false).size());
+  EXPECT_EQ(greedy("Once upon a time", 64 - prompt_tokens),
+            read_text_file(stories_dir() / "greedy_once_upon_a_time_n64.txt"));
+}
+
+TEST_F(Stories, PerplexityMatchesReference) {
+  eval::PplOptions o;
+  o.mode = eval::PplMode::Lines;
+  const auto spans = eval::make_spans(*tok_, read_text_file(stories_dir() / "ts_fragment.txt"), o, 512, "ts");
+  const eval::EvalResult r = eval::evaluate(*model_, nullptr, spans, o, ThreadPool::global());
+  // README: 15,507 predicted tokens, mean NLL 1.6854 nats, perplexity 5.395.
+  EXPECT_EQ(r.tokens_scored, 15507);
+  EXPECT_NEAR(r.nll_mean, 1.6854, 5e-4);
+  EXPECT_NEAR(r.ppl, 5.395, 5e-3);
+}
+
+TEST_F(Stories, ConvertedTokenizerEncodesLikeLlama2c) {
+  std::unique_ptr<Tokenizer> ref = load_tokenizer(stories_dir() / "tok512.bin");
+  const std::string text = read_text_file(stories_dir() / "ts_fragment.txt");
+  size_t b = 0, lines = 0;
+  while (b < text.size()) {
+    size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string line = text.substr(b, e - b);
+    ASSERT_EQ(tok_->encode(line, true), ref->encode(line, true)) << line;
+    ++lines;
+    b = e + 1;
+  }
+  EXPECT_GT(lines, 10u);
+}
+
+std::filesystem::path fixture_dir() { return source_dir() / "tests" / "data" / "fixture-llama"; }
+
+TEST(Fixture, PerplexityMatchesTrainingReport) {
+  auto report = nlohmann::json::parse(read_text_file(fixture_dir() / "training_report.json"));
+  const auto& ev = report.at("eval").at("evaluation.txt");
+  auto model = load_model(fixture_dir().string());
+  auto tok = load_tokenizer(fixture_dir());
+  eval::PplOptions o;  // the report's convention: <s> per line, 512-token windows, tail kept
+  o.mode = eval::PplMode::Windows;
+  o.ctx = 512;
+  o.bos_per_line = true;
+  o.keep_tail = true;
+  const auto spans = eval::make_spans(*tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
+  const eval::EvalResult r = eval::evaluate(*model, nullptr, spans, o, ThreadPool::global());
+  EXPECT_EQ(r.tokens_scored, ev.at("tokens_scored").get<int64_t>());
+  EXPECT_NEAR(r.nll_mean, ev.at("loss").get<double>(), 2e-5);
+}
+
+TEST(Fixture, GreedyTextMatchesTrainingReport) {
+  auto report = nlohmann::json::parse(read_text_file(fixture_dir() / "training_report.json"));
+  const std::string prompt = report.at("greedy_sample").at("prompt"), want = report.at("greedy_sample").at("text");
+  auto model = load_model(fixture_dir().string());
+  auto tok = load_tokenizer(fixture_dir());
+  GenerateOptions o;
+  o.max_new_tokens = static_cast<int64_t>(tok->encode(want, false).size());
+  std::string got;
+  generate(*model, *tok, prompt, o, ThreadPool::global(), [&](const std::string& s) { got += s; });
+  EXPECT_EQ(got.substr(0, want.size()), want);
+}
+
+// Logits of one sequence on the fixture, with a given SIMD level and pool.
+std::vector<float> fixture_logits(SimdLevel level, ThreadPool& pool) {
+  static auto model = load_model(fixture_dir().string());
+  static auto tok = load_tokenizer(fixture_dir());
+  const SimdLevel saved = simd_level();
+  set_simd_level(level);
+  const auto ids = tok->encode("The President said that the Congress of the United States would meet in the spring.", true);
+  KvCache cache = model->make_cache(KvDType::F16, static_cast<int64_t>(ids.size()));
+  Batch b;
+  const int32_t s = cache.add_sequence();
+  for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], s, static_cast<int64_t>(i), true);
+  std::vector<float> logits;
+  model->forward(b, cache, logits, pool);
+  set_simd_level(saved);
+  return logits;
+}
+
+TEST(Fixture, SimdLogitsAgreeWithScalar) {
+  ThreadPool pool(2);
+  const auto ref = fixture_logits(SimdLevel::Scalar, pool);
+  for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512}) {
+    if (l > best_simd_level()) continue;
+    const auto got = fixture_logits(l, pool);
+    ASSERT_EQ(got.size(), ref.size());
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - ref[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(ref[i])));
+    }
+    std::printf("%s vs scalar: max |diff| %.3g, max |logit| %.3g, relative %.3g\n", simd_level_name(l), max_diff,
+                max_abs, max_diff / max_abs);
+    // f32 sums in another order: agreement to 1e-4 of the logit range.
+    EXPECT_LT(max_diff, 1e-4 * max_abs) << simd_level_name(l) << ": max diff " << max_diff << " of " << max_abs;
+  }
+}
+
+TEST(Fixture, LogitsDoNotDependOnThreadCount) {
+  ThreadPool one(1), two(2), three(3);
+  const auto a = fixture_logits(simd_level(), one);
+  EXPECT_EQ(a, fixture_logits(simd_level(), two));
+  EXPECT_EQ(a, fixture_logits(simd_level(), three));
+}
+
+}  // namespace
+}  // namespace qf::rt

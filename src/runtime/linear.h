@@ -1,0 +1,51 @@
+// Linear: the one interface every weight matrix of the runtime goes through.
+//
+// A Linear maps x[n, in] to y[n, out] = x W^T (+ bias). Implementations keep
+// the weight in its stored form (f32/f16/bf16 straight from the mmap here;
+// packed integer groups, GGUF blocks, FP8 or FP4 in later formats) and decode
+// it inside the kernel, a tile of rows at a time, so a quantized model is
+// never rebuilt as an f16 model in memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace qf::rt {
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+  // y[t * out + j] = sum_i x[t * in + i] * W[j, i] (+ bias[j]) for t < n.
+  // Each output element is computed by one thread in a fixed order, so the
+  // result does not depend on the number of threads.
+  virtual void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const = 0;
+
+  // Row r of W decoded to f32 (in_features values): embedding lookups use it.
+  virtual void decode_row(int64_t r, float* out) const = 0;
+
+  // Bytes of weight data one full forward reads (for the bandwidth bound).
+  virtual uint64_t weight_bytes() const = 0;
+
+  // A short description of the stored form: "f16", "bf16", "q4_K", ...
+  virtual std::string format() const = 0;
+
+ protected:
+  Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
+  int64_t in_, out_;
+};
+
+// A dense weight [out, in] in F32, F16 or BF16 (usually a zero-copy view of a
+// mapped safetensors file) with an optional bias [out] of any float type.
+// `name` is used in error messages.
+std::unique_ptr<Linear> make_dense_linear(const Tensor& weight, const Tensor* bias, const std::string& name);
+
+}  // namespace qf::rt

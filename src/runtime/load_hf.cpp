@@ -1,0 +1,81 @@
+// Hugging Face safetensors -> runtime Model, weights viewed in the mapping.
+#include <memory>
+
+#include "core/error.h"
+#include "formats/hf/model_config.h"
+#include "formats/hf/resolve.h"
+#include "formats/safetensors.h"
+#include "runtime/model.h"
+
+namespace qf::rt {
+namespace {
+
+struct HfReader {
+  std::shared_ptr<Checkpoint> ck;
+
+  Tensor get(const std::string& name) const {
+    if (!ck->contains(name)) throw not_found(ck->files().front().path().parent_path().string(), "tensor '" + name + "' is missing");
+    return ck->tensor(name);
+  }
+  std::shared_ptr<Linear> linear(const std::string& prefix, bool bias) const {
+    Tensor w = get(prefix + ".weight");
+    std::optional<Tensor> b;
+    if (bias) b = get(prefix + ".bias");
+    return make_dense_linear(w, b ? &*b : nullptr, prefix + ".weight");
+  }
+  std::vector<float> vec(const std::string& name) const {
+    Tensor t = get(name);
+    if (!dtype_is_float(t.dtype()) || t.ndim() != 1)
+      throw invalid_input(name, "expected a 1-D float tensor, got " + std::string(dtype_name(t.dtype())) + " " +
+                                    shape_str(t.shape()));
+    return t.to_f32_vector();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
+  ModelConfig c = load_model_config(dir);
+  if (c.quantization_config)
+    throw unsupported(dir.string(), "config.json has a quantization_config; this runtime path reads float checkpoints");
+  if (c.is_moe()) throw unsupported(dir.string(), "mixture-of-experts models are not supported by the runtime yet");
+  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir))};
+  const bool qkv_bias = c.model_type == "qwen2" || c.attention_bias;
+  const bool o_bias = c.model_type != "qwen2" && c.attention_bias;
+  ModelWeights w;
+  w.embed = r.linear("model.embed_tokens", false);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.attn_norm = r.vec(p + "input_layernorm.weight");
+    l.ffn_norm = r.vec(p + "post_attention_layernorm.weight");
+    if (c.model_type == "qwen3") {
+      l.q_norm = r.vec(p + "self_attn.q_norm.weight");
+      l.k_norm = r.vec(p + "self_attn.k_norm.weight");
+    }
+    l.q = r.linear(p + "self_attn.q_proj", qkv_bias);
+    l.k = r.linear(p + "self_attn.k_proj", qkv_bias);
+    l.v = r.linear(p + "self_attn.v_proj", qkv_bias);
+    l.o = r.linear(p + "self_attn.o_proj", o_bias);
+    l.gate = r.linear(p + "mlp.gate_proj", c.mlp_bias);
+    l.up = r.linear(p + "mlp.up_proj", c.mlp_bias);
+    l.down = r.linear(p + "mlp.down_proj", c.mlp_bias);
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = r.vec("model.norm.weight");
+  if (c.tie_word_embeddings || !r.ck->contains("lm_head.weight")) {
+    if (!c.tie_word_embeddings)
+      throw not_found(dir.string(), "tensor 'lm_head.weight' is missing and tie_word_embeddings is false");
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = r.linear("lm_head", false);
+  }
+  return std::make_unique<Model>(std::move(c), std::move(w), dir);
+}
+
+std::unique_ptr<Model> load_model(const std::string& model) {
+  ResolvedModel m = resolve_model(model);
+  return load_hf_model(m.dir);
+}
+
+}  // namespace qf::rt

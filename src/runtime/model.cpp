@@ -1,0 +1,256 @@
+#include "runtime/model.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "runtime/cpu/kernels.h"
+
+namespace qf::rt {
+namespace {
+
+void check_vec(const std::vector<float>& v, int64_t n, const std::string& name) {
+  if (static_cast<int64_t>(v.size()) != n)
+    throw invalid_input(name, "expected " + std::to_string(n) + " values, got " + std::to_string(v.size()));
+}
+
+void check_linear(const std::shared_ptr<Linear>& l, int64_t out, int64_t in, const std::string& name) {
+  if (!l) throw not_found(name, "missing weight");
+  if (l->out_features() != out || l->in_features() != in)
+    throw invalid_input(name, "expected shape [" + std::to_string(out) + ", " + std::to_string(in) + "], got [" +
+                                  std::to_string(l->out_features()) + ", " + std::to_string(l->in_features()) + "]");
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path source)
+    : config_(std::move(config)), w_(std::move(weights)), source_(std::move(source)) {
+  const ModelConfig& c = config_;
+  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3"};
+  if (!kTypes.count(c.model_type))
+    throw unsupported(source_.string(), "model_type '" + c.model_type +
+                                           "' is not supported by the runtime (supported: llama, mistral, qwen2, qwen3)");
+  if (c.head_dim % 2 != 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    throw invalid_input(source_.string(), "head_dim must be even and heads a multiple of KV heads");
+  const int64_t h = c.hidden_size;
+  check_linear(w_.embed, c.vocab_size, h, "model.embed_tokens.weight");
+  check_linear(w_.lm_head, c.vocab_size, h, "lm_head.weight");
+  check_vec(w_.final_norm, h, "model.norm.weight");
+  if (static_cast<int64_t>(w_.layers.size()) != c.num_hidden_layers)
+    throw invalid_input(source_.string(), "expected " + std::to_string(c.num_hidden_layers) + " layers, found " +
+                                              std::to_string(w_.layers.size()));
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const LayerWeights& l = w_.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    check_vec(l.attn_norm, h, p + "input_layernorm.weight");
+    check_vec(l.ffn_norm, h, p + "post_attention_layernorm.weight");
+    if (c.model_type == "qwen3") {
+      check_vec(l.q_norm, c.head_dim, p + "self_attn.q_norm.weight");
+      check_vec(l.k_norm, c.head_dim, p + "self_attn.k_norm.weight");
+    }
+    check_linear(l.q, c.q_dim(), h, p + "self_attn.q_proj.weight");
+    check_linear(l.k, c.kv_dim(), h, p + "self_attn.k_proj.weight");
+    check_linear(l.v, c.kv_dim(), h, p + "self_attn.v_proj.weight");
+    check_linear(l.o, h, c.q_dim(), p + "self_attn.o_proj.weight");
+    check_linear(l.gate, c.intermediate_size, h, p + "mlp.gate_proj.weight");
+    check_linear(l.up, c.intermediate_size, h, p + "mlp.up_proj.weight");
+    check_linear(l.down, h, c.intermediate_size, p + "mlp.down_proj.weight");
+  }
+  inv_freq_ = rope_inv_freq(c);
+}
+
+int64_t Model::window(int64_t layer) const {
+  if (!config_.sliding_window) return 0;
+  if (config_.model_type == "qwen2" || config_.model_type == "qwen3") {
+    if (config_.max_window_layers && layer < *config_.max_window_layers) return 0;
+  }
+  return *config_.sliding_window;
+}
+
+KvCache Model::make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size) const {
+  KvShape s{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+  // One spare block per 16 sequences' worth of rounding is left to the caller:
+  // max_tokens counts positions, blocks are rounded up per sequence.
+  return KvCache(s, dtype, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
+}
+
+void Model::rope(const Batch& b, float* x, int64_t heads) const {
+  const int64_t hd = config_.head_dim, half = hd / 2;
+  for (size_t t = 0; t < b.size(); ++t) {
+    const float p = static_cast<float>(b.pos[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float ang = p * inv_freq_[static_cast<size_t>(i)];
+      const float c = std::cos(ang), s = std::sin(ang);
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + (static_cast<int64_t>(t) * heads + h) * hd;
+        const float a = v[i], bb = v[i + half];
+        v[i] = a * c - bb * s;
+        v[i + half] = bb * c + a * s;
+      }
+    }
+  }
+}
+
+// Work items are (sequence, KV head, block of query tokens). Each decodes the
+// K rows and transposed V of the positions its queries can see once, for all
+// the query heads sharing that KV head, then runs dense dot products.
+void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCache& cache, float* out,
+                      ThreadPool& pool) const {
+  const int64_t hd = config_.head_dim, nh = config_.num_attention_heads, nkv = config_.num_key_value_heads;
+  const int64_t group = nh / nkv;
+  const int64_t win = window(layer);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  constexpr size_t kMinQueryBlock = 16;
+  struct Item {
+    int32_t seq;
+    int64_t kvh;
+    std::vector<int64_t> tokens;  // batch indices, positions increasing
+  };
+  std::vector<Item> items;
+  {
+    std::vector<std::pair<int32_t, std::vector<int64_t>>> by_seq;
+    for (int64_t t = 0; t < static_cast<int64_t>(b.size()); ++t) {
+      const int32_t s = b.seq[static_cast<size_t>(t)];
+      auto it = std::find_if(by_seq.begin(), by_seq.end(), [&](const auto& e) { return e.first == s; });
+      if (it == by_seq.end()) by_seq.push_back({s, {t}});
+      else it->second.push_back(t);
+    }
+    // Enough blocks to keep every thread busy, as few as possible otherwise:
+    // each block decodes the K/V it can see once.
+    const int64_t per_seq_items = static_cast<int64_t>(by_seq.size()) * nkv;
+    const int64_t blocks = std::max<int64_t>(1, (2 * pool.size() + per_seq_items - 1) / per_seq_items);
+    for (auto& [s, toks] : by_seq) {
+      const size_t qb = std::max<size_t>(kMinQueryBlock, (toks.size() + static_cast<size_t>(blocks) - 1) / static_cast<size_t>(blocks));
+      for (size_t i = 0; i < toks.size(); i += qb)
+        for (int64_t kvh = 0; kvh < nkv; ++kvh)
+          items.push_back({s, kvh, std::vector<int64_t>(toks.begin() + static_cast<std::ptrdiff_t>(i),
+                                                        toks.begin() + static_cast<std::ptrdiff_t>(std::min(toks.size(), i + qb)))});
+    }
+  }
+  pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](const Chunk& c) {
+    thread_local std::vector<float> K, Vt, scores;
+    for (int64_t ii = c.begin; ii < c.end; ++ii) {
+      const Item& it = items[static_cast<size_t>(ii)];
+      int64_t lo_all = INT64_MAX, hi_all = 0;
+      for (int64_t t : it.tokens) {
+        const int64_t pos = b.pos[static_cast<size_t>(t)];
+        lo_all = std::min(lo_all, win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0);
+        hi_all = std::max(hi_all, pos + 1);
+      }
+      const int64_t span = hi_all - lo_all;
+      K.resize(static_cast<size_t>(span * hd));
+      Vt.resize(static_cast<size_t>(span * hd));
+      scores.resize(static_cast<size_t>(span));
+      cache.load_k_rows(layer, it.seq, it.kvh, lo_all, hi_all, K.data());
+      cache.load_v_cols(layer, it.seq, it.kvh, lo_all, hi_all, Vt.data());
+      for (int64_t t : it.tokens) {
+        const int64_t pos = b.pos[static_cast<size_t>(t)];
+        const int64_t lo = win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0;
+        const int64_t n = pos - lo + 1, off = lo - lo_all;
+        for (int64_t h = it.kvh * group; h < (it.kvh + 1) * group; ++h) {
+          const float* qv = q + (t * nh + h) * hd;
+          dot_rows_f32(qv, K.data() + off * hd, hd, n, scores.data());
+          for (int64_t p = 0; p < n; ++p) scores[static_cast<size_t>(p)] *= scale;
+          softmax(scores.data(), n);
+          float* o = out + (t * nh + h) * hd;
+          for (int64_t d = 0; d < hd; ++d) o[d] = dot_f32(scores.data(), Vt.data() + d * span + off, n);
+        }
+      }
+    }
+  });
+}
+
+void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(b.size());
+  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t tok = b.tokens[static_cast<size_t>(t)];
+    if (tok < 0 || tok >= c.vocab_size)
+      throw invalid_input("forward", "token id " + std::to_string(tok) + " is outside the vocabulary (size " +
+                                         std::to_string(c.vocab_size) + ")");
+    const int64_t pos = b.pos[static_cast<size_t>(t)];
+    if (pos < 0 || (c.max_position_embeddings > 0 && pos >= c.max_position_embeddings))
+      throw invalid_input("forward", "position " + std::to_string(pos) + " is beyond the model's maximum context " +
+                                         std::to_string(c.max_position_embeddings));
+    const int32_t seq = b.seq[static_cast<size_t>(t)];
+    if (cache.length(seq) < pos + 1) cache.reserve(seq, pos + 1);
+  }
+
+  std::vector<float> x(static_cast<size_t>(n * h)), xn(x.size());
+  std::vector<float> q(static_cast<size_t>(n * qd)), k(static_cast<size_t>(n * kvd)), v(k.size());
+  std::vector<float> att(q.size()), g(static_cast<size_t>(n * ff)), u(g.size());
+  for (int64_t t = 0; t < n; ++t) w_.embed->decode_row(b.tokens[static_cast<size_t>(t)], x.data() + t * h);
+
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+    for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.attn_norm.data(), eps, h, xn.data() + t * h);
+    L.q->forward(xn.data(), n, q.data(), pool);
+    L.k->forward(xn.data(), n, k.data(), pool);
+    L.v->forward(xn.data(), n, v.data(), pool);
+    if (!L.q_norm.empty()) {
+      for (int64_t r = 0; r < n * c.num_attention_heads; ++r)
+        rms_norm(q.data() + r * hd, L.q_norm.data(), eps, hd, q.data() + r * hd);
+      for (int64_t r = 0; r < n * c.num_key_value_heads; ++r)
+        rms_norm(k.data() + r * hd, L.k_norm.data(), eps, hd, k.data() + r * hd);
+    }
+    rope(b, q.data(), c.num_attention_heads);
+    rope(b, k.data(), c.num_key_value_heads);
+    for (int64_t t = 0; t < n; ++t)
+      cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd,
+                  v.data() + t * kvd);
+    attention(li, b, q.data(), cache, att.data(), pool);
+    L.o->forward(att.data(), n, xn.data(), pool);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
+
+    for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.ffn_norm.data(), eps, h, xn.data() + t * h);
+    L.gate->forward(xn.data(), n, g.data(), pool);
+    L.up->forward(xn.data(), n, u.data(), pool);
+    for (int64_t t = 0; t < n; ++t) swiglu(g.data() + t * ff, u.data() + t * ff, ff);
+    L.down->forward(g.data(), n, xn.data(), pool);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
+  }
+
+  int64_t m = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (!b.want_logits[static_cast<size_t>(t)]) continue;
+    rms_norm(x.data() + t * h, w_.final_norm.data(), eps, h, xn.data() + m * h);
+    ++m;
+  }
+  logits.resize(static_cast<size_t>(m * c.vocab_size));
+  if (m > 0) w_.lm_head->forward(xn.data(), m, logits.data(), pool);
+}
+
+uint64_t Model::bytes_per_token() const {
+  uint64_t b = w_.lm_head->weight_bytes() + w_.embed->weight_bytes() / static_cast<uint64_t>(config_.vocab_size);
+  for (const auto& l : w_.layers)
+    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) b += (*lin)->weight_bytes();
+  b += static_cast<uint64_t>(config_.hidden_size) * 4 * (2 * w_.layers.size() + 1);
+  return b;
+}
+
+uint64_t Model::parameter_count() const {
+  auto params = [](const Linear& l) { return static_cast<uint64_t>(l.in_features() * l.out_features()); };
+  uint64_t n = params(*w_.embed) + (w_.lm_head == w_.embed ? 0 : params(*w_.lm_head));
+  for (const auto& l : w_.layers) {
+    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) n += params(**lin);
+    n += l.attn_norm.size() + l.ffn_norm.size() + l.q_norm.size() + l.k_norm.size();
+  }
+  return n + w_.final_norm.size();
+}
+
+std::string Model::weight_format() const {
+  std::set<std::string> f;
+  for (const auto& l : w_.layers)
+    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) f.insert((*lin)->format());
+  f.insert(w_.lm_head->format());
+  if (f.size() == 1) return *f.begin();
+  std::string s = "mixed (";
+  for (const auto& x : f) s += (s.back() == '(' ? "" : ", ") + x;
+  return s + ")";
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,99 @@
+// The decoder-only Llama family: llama (RoPE default, linear, llama3), mistral
+// (sliding window), qwen2 (q/k/v bias), qwen3 (per-head q/k RMSNorm); GQA,
+// SwiGLU, tied or untied lm_head.
+//
+// A Model is a ModelConfig plus ModelWeights, where every matrix is a Linear:
+// loaders (Hugging Face safetensors here; GGUF and the quantized checkpoint
+// formats elsewhere) decide which Linear implementation holds each weight.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "formats/hf/model_config.h"
+#include "runtime/kv_cache.h"
+#include "runtime/linear.h"
+
+namespace qf::rt {
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;  // [hidden]
+  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
+  std::shared_ptr<Linear> q, k, v, o, gate, up, down;
+};
+
+struct ModelWeights {
+  std::shared_ptr<Linear> embed;    // [vocab, hidden]: decode_row gives a token's embedding
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;    // [hidden]
+  std::shared_ptr<Linear> lm_head;  // [vocab, hidden]; the same object as embed when tied
+};
+
+// Tokens to run in one forward pass. Tokens of one sequence must come in
+// increasing position order; each attends to its sequence's cached positions
+// up to and including its own.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> seq;
+  std::vector<int64_t> pos;
+  std::vector<uint8_t> want_logits;
+  void add(int32_t token, int32_t sequence, int64_t position, bool logits) {
+    tokens.push_back(token), seq.push_back(sequence), pos.push_back(position), want_logits.push_back(logits);
+  }
+  size_t size() const { return tokens.size(); }
+  void clear() { tokens.clear(), seq.clear(), pos.clear(), want_logits.clear(); }
+};
+
+class Model {
+ public:
+  // Validates every shape against the config; throws qf::Error naming the
+  // tensor on a mismatch and Unsupported for architectures outside the family.
+  Model(ModelConfig config, ModelWeights weights, std::filesystem::path source);
+
+  const ModelConfig& config() const { return config_; }
+  const std::filesystem::path& source() const { return source_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int64_t max_context() const { return config_.max_position_embeddings; }
+  // The attention window of a layer (0: full attention).
+  int64_t window(int64_t layer) const;
+
+  // A cache sized for `max_tokens` positions in all.
+  KvCache make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size = 16) const;
+
+  // Runs the batch, appending its K/V to `cache`; `logits` receives
+  // [tokens with want_logits, vocab] floats in batch order.
+  void forward(const Batch& batch, KvCache& cache, std::vector<float>& logits, ThreadPool& pool) const;
+
+  // Weight bytes read to produce one token: every Linear, the norms and one
+  // embedding row.
+  uint64_t bytes_per_token() const;
+  uint64_t parameter_count() const;
+  std::string weight_format() const;  // "f16", or "mixed (...)"
+
+ private:
+  void attention(int64_t layer, const Batch& batch, const float* q, const KvCache& cache, float* out,
+                 ThreadPool& pool) const;
+  void rope(const Batch& batch, float* x, int64_t heads) const;
+
+  ModelConfig config_;
+  ModelWeights w_;
+  std::filesystem::path source_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// Inverse RoPE frequencies for the config (default, linear or llama3 scaling;
+// Unsupported for the others).
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+// Loads a Hugging Face model (folder, cache repo, ORG/NAME) whose weights are
+// f32/f16/bf16 safetensors, views straight into the mapped files.
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir);
+
+// Any model the runtime reads: a Hugging Face folder (or cache id).
+std::unique_ptr<Model> load_model(const std::string& model);
+
+}  // namespace qf::rt

@@ -1,0 +1,83 @@
+// quantforge bench MODEL [-p 512] [-n 128] [--batch B] [--kv-dtype f16|f8|int8] [--reps R] [--json OUT]
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "eval/bench.h"
+
+namespace qf::cli {
+namespace {
+
+struct BenchOpts {
+  std::string model, kv = "f16", json_out;
+  int64_t p = 512, n = 128, batch = 1;
+  int reps = 1, threads = 0;
+};
+
+double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+void run_bench(const BenchOpts& o) {
+  std::unique_ptr<ThreadPool> holder;
+  ThreadPool& pool = pool_for(o.threads, holder);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
+  eval::BenchOptions b;
+  b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
+  eval::BenchResult r = eval::run_bench(*model, b, pool);
+  std::printf("model            %s (%s, %.2f M parameters)\n", o.model.c_str(), model->weight_format().c_str(),
+              static_cast<double>(model->parameter_count()) / 1e6);
+  std::printf("setup            p %lld, n %lld, batch %lld, kv %s, %d threads, %s\n", static_cast<long long>(r.prompt),
+              static_cast<long long>(r.gen), static_cast<long long>(r.batch), r.kv_dtype.c_str(), r.threads,
+              r.simd.c_str());
+  std::printf("prefill          %.1f tokens/s (time to first token %.1f ms)\n", r.prefill_tokens_per_s,
+              r.ttft_seconds * 1e3);
+  std::printf("decode           %.1f tokens/s\n", r.decode_tokens_per_s);
+  std::printf("bandwidth bound  %.1f tokens/s (%.2f MiB of weights per step, copy bandwidth %.1f GB/s); decode at %.0f%%\n",
+              r.decode_bound_tokens_per_s, mib(r.weight_bytes_per_step), r.copy_bandwidth_bytes_per_s / 1e9,
+              r.decode_bound_tokens_per_s > 0 ? 100.0 * r.decode_tokens_per_s / r.decode_bound_tokens_per_s : 0.0);
+  std::printf("KV cache         %.2f MiB reserved, %.2f MiB used (%llu bytes per token)\n", mib(r.kv_bytes_reserved),
+              mib(r.kv_bytes_used), static_cast<unsigned long long>(r.kv_bytes_per_token));
+  std::printf("peak RSS         %.1f MiB\n", mib(r.peak_rss_bytes));
+  if (!o.json_out.empty()) {
+    nlohmann::ordered_json j = {{"model", o.model},
+                                {"weight_format", model->weight_format()},
+                                {"parameters", model->parameter_count()},
+                                {"prompt", r.prompt},
+                                {"gen", r.gen},
+                                {"batch", r.batch},
+                                {"kv_dtype", r.kv_dtype},
+                                {"threads", r.threads},
+                                {"simd", r.simd},
+                                {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+                                {"decode_tokens_per_s", r.decode_tokens_per_s},
+                                {"ttft_seconds", r.ttft_seconds},
+                                {"kv_bytes_reserved", r.kv_bytes_reserved},
+                                {"kv_bytes_used", r.kv_bytes_used},
+                                {"kv_bytes_per_token", r.kv_bytes_per_token},
+                                {"peak_rss_bytes", r.peak_rss_bytes},
+                                {"weight_bytes_per_step", r.weight_bytes_per_step},
+                                {"copy_bandwidth_bytes_per_s", r.copy_bandwidth_bytes_per_s},
+                                {"decode_bound_tokens_per_s", r.decode_bound_tokens_per_s}};
+    write_file_atomic(o.json_out, j.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOpts>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode throughput, KV-cache memory and the bandwidth bound");
+  cmd->add_option("model", o->model, "model folder or Hugging Face cache id")->required();
+  cmd->add_option("-p", o->p, "prompt tokens per sequence (default 512)");
+  cmd->add_option("-n", o->n, "generated tokens per sequence (default 128)");
+  cmd->add_option("--batch", o->batch, "sequences decoded together (default 1)");
+  cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
+  cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)");
+  cmd->add_option("--json", o->json_out, "write the results as JSON to this file");
+  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace qf::cli

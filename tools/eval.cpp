@@ -1,0 +1,152 @@
+// quantforge eval MODEL --text FILE [--ppl-mode chunks|windows|lines] [--ctx N]
+//                 [--baseline MODEL] [--max-ppl-delta D] [--max-ppl-ratio R] [--max-kld K] [--json OUT]
+// A failed gate exits with code 10 after printing the report.
+#include <cstdio>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "core/progress.h"
+#include "eval/perplexity.h"
+#include "runtime/cpu/kernels.h"
+
+namespace qf::cli {
+namespace {
+
+struct EvalOpts {
+  std::string model, text, baseline, mode = "chunks", json_out, kv = "f16";
+  int64_t ctx = 0, max_chunks = 0;
+  bool bos_per_line = false, keep_tail = false;
+  std::optional<double> max_delta, max_ratio, max_kld;
+  int threads = 0;
+};
+
+std::string table(const EvalOpts& o, const eval::EvalResult& r) {
+  char buf[512];
+  std::string s;
+  std::snprintf(buf, sizeof buf, "model      %s\n", o.model.c_str());
+  s += buf;
+  std::snprintf(buf, sizeof buf, "text       %s (%s, ctx %lld, %lld spans, %lld tokens scored)\n", o.text.c_str(),
+                r.mode.c_str(), static_cast<long long>(r.ctx), static_cast<long long>(r.spans),
+                static_cast<long long>(r.tokens_scored));
+  s += buf;
+  std::snprintf(buf, sizeof buf, "perplexity %.4f +/- %.4f (mean NLL %.6f)\n", r.ppl, r.ppl_stderr, r.nll_mean);
+  s += buf;
+  if (r.has_baseline) {
+    std::snprintf(buf, sizeof buf, "baseline   %s: perplexity %.4f\n", o.baseline.c_str(), r.base_ppl);
+    s += buf;
+    std::snprintf(buf, sizeof buf, "delta      %+.4f (ratio %.5f)\n", r.ppl_delta, r.ppl_ratio);
+    s += buf;
+    std::snprintf(buf, sizeof buf, "KLD        mean %.6f  p99 %.6f  max %.6f\n", r.kld_mean, r.kld_p99, r.kld_max);
+    s += buf;
+    std::snprintf(buf, sizeof buf, "top-1      %.2f%% agreement\n", 100.0 * r.top1_agreement);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "time       %.2f s (%.1f tokens/s)\n", r.seconds,
+                r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0);
+  s += buf;
+  return s;
+}
+
+nlohmann::ordered_json report(const EvalOpts& o, const eval::EvalResult& r, const std::vector<std::string>& fails) {
+  nlohmann::ordered_json j = {{"model", o.model},
+                              {"text", o.text},
+                              {"mode", r.mode},
+                              {"ctx", r.ctx},
+                              {"spans", r.spans},
+                              {"tokens_scored", r.tokens_scored},
+                              {"tokens_processed", r.tokens_processed},
+                              {"nll", r.nll_mean},
+                              {"ppl", r.ppl},
+                              {"ppl_stderr", r.ppl_stderr},
+                              {"seconds", r.seconds},
+                              {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
+                              {"kv_dtype", o.kv},
+                              {"simd", rt::simd_level_name(rt::simd_level())}};
+  if (r.has_baseline) {
+    j["baseline"] = {{"model", o.baseline}, {"nll", r.base_nll_mean}, {"ppl", r.base_ppl}, {"seconds", r.base_seconds}};
+    j["ppl_delta"] = r.ppl_delta;
+    j["ppl_ratio"] = r.ppl_ratio;
+    j["kld"] = {{"mean", r.kld_mean}, {"p99", r.kld_p99}, {"max", r.kld_max}};
+    j["top1_agreement"] = r.top1_agreement;
+  }
+  nlohmann::ordered_json gate = nlohmann::ordered_json::object();
+  if (o.max_delta) gate["max_ppl_delta"] = *o.max_delta;
+  if (o.max_ratio) gate["max_ppl_ratio"] = *o.max_ratio;
+  if (o.max_kld) gate["max_kld"] = *o.max_kld;
+  if (!gate.empty()) {
+    gate["passed"] = fails.empty();
+    gate["failures"] = fails;
+    j["gate"] = gate;
+  }
+  return j;
+}
+
+void run_eval(const EvalOpts& o) {
+  std::unique_ptr<ThreadPool> holder;
+  ThreadPool& pool = pool_for(o.threads, holder);
+  eval::Gate gate{o.max_delta, o.max_ratio, o.max_kld};
+  if (gate.any() && o.baseline.empty())
+    throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
+  eval::PplOptions p;
+  p.mode = eval::parse_ppl_mode(o.mode);
+  p.ctx = o.ctx;
+  p.bos_per_line = o.bos_per_line;
+  p.keep_tail = o.keep_tail;
+  p.max_spans = o.max_chunks;
+  p.kv_dtype = rt::parse_kv_dtype(o.kv);
+  const std::string text = read_text_file(o.text);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
+  std::unique_ptr<rt::Model> base;
+  if (!o.baseline.empty()) {
+    base = rt::load_model(o.baseline);
+    std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
+    if (btok->vocab().tokens != tok->vocab().tokens)
+      throw invalid_input(o.baseline, "its tokenizer differs from the evaluated model's; a baseline must share the vocabulary");
+  }
+  int64_t max_ctx = model->max_context();
+  if (base && base->max_context() > 0) max_ctx = max_ctx > 0 ? std::min(max_ctx, base->max_context()) : base->max_context();
+  std::vector<eval::Span> spans = eval::make_spans(*tok, text, p, max_ctx, o.text);
+  Progress progress("eval", spans.size(), "spans");
+  eval::EvalResult r = eval::evaluate(*model, base.get(), spans, p, pool,
+                                      [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
+  progress.finish();
+  const std::vector<std::string> fails = eval::check_gate(gate, r);
+  const std::string t = table(o, r);
+  std::fwrite(t.data(), 1, t.size(), stdout);
+  if (!o.json_out.empty()) write_file_atomic(o.json_out, report(o, r, fails).dump(2) + "\n");
+  if (!fails.empty()) {
+    std::string msg;
+    for (const auto& f : fails) msg += (msg.empty() ? "" : "; ") + f;
+    throw Error(ErrorKind::GateFailed, msg);
+  }
+  if (gate.any()) std::printf("gate       passed\n");
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto o = std::make_shared<EvalOpts>();
+  CLI::App* cmd = app.add_subcommand("eval", "Perplexity of a model on a text, optionally against a baseline, with CI gates");
+  cmd->add_option("model", o->model, "model folder or Hugging Face cache id")->required();
+  cmd->add_option("--text", o->text, "UTF-8 text file to score")->required();
+  cmd->add_option("--ppl-mode", o->mode, "chunks (llama.cpp, default), windows (GPTQ/AWQ papers) or lines");
+  cmd->add_option("--ctx", o->ctx, "context per chunk/window (default: 512 for chunks and lines, 2048 for windows)");
+  cmd->add_option("--max-chunks", o->max_chunks, "score only the first N chunks/windows/lines (0: all)");
+  cmd->add_flag("--bos-per-line", o->bos_per_line, "windows: tokenize each non-empty line with BOS and join the tokens");
+  cmd->add_flag("--keep-tail", o->keep_tail, "windows: also score the last, shorter window");
+  cmd->add_option("--baseline", o->baseline, "a reference model (same vocabulary) run on the same tokens");
+  cmd->add_option("--max-ppl-delta", o->max_delta, "gate: fail (exit 10) if ppl - baseline ppl exceeds D");
+  cmd->add_option("--max-ppl-ratio", o->max_ratio, "gate: fail (exit 10) if ppl / baseline ppl exceeds R");
+  cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K");
+  cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
+  cmd->add_option("--json", o->json_out, "write the report as JSON to this file");
+  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->callback([o] { run_eval(*o); });
+}
+
+}  // namespace qf::cli
