@@ -151,8 +151,13 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   // Sliding window: mistral uses it when set; qwen2/qwen3 only with use_sliding_window.
   auto sw = r.opt_int("sliding_window");
   bool use_sw = c.model_type == "mistral" || c.model_type == "mixtral" || r.opt_bool("use_sliding_window").value_or(false);
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  // transformers' Qwen2/Qwen3 configs default sliding_window to 4096 and
+  // max_window_layers to 28 when the keys are absent.
+  if (qwen && use_sw && !sw) sw = 4096;
   if (sw && use_sw) c.sliding_window = sw;
   c.max_window_layers = r.opt_int("max_window_layers");
+  if (qwen && !c.max_window_layers) c.max_window_layers = 28;
 
   if (c.model_type == "mixtral") {
     c.num_experts = r.positive_int("num_local_experts");
