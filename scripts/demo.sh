@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the bundled fixture model: installs dependencies, builds the
-# CLI, inspects the fixture, generates from it and evaluates its perplexity on
-# the held-out text (later steps quantize it first). Without the fixture (a
-# partial checkout) it inspects a small generated checkpoint.
+# CLI, inspects the fixture, quantizes it to GGUF Q4_K_M, generates from the
+# quantized file and evaluates it against the f16 model on the held-out text
+# with a KL-divergence gate. Without the fixture (a partial checkout) it
+# inspects a small generated checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,8 +20,12 @@ if [[ ! -f "$model/config.json" ]]; then
 fi
 echo "== quantforge inspect $model" >&2
 "$qf" inspect "$model"
-echo "== quantforge generate $model --prompt 'The President' -n 32" >&2
-"$qf" generate "$model" --prompt "The President" -n 32
-echo "== quantforge eval $model --text tests/data/text/evaluation.txt --max-chunks 40" >&2
-"$qf" eval "$model" --text tests/data/text/evaluation.txt --max-chunks 40 --json build/demo-eval.json
-echo "== report: build/demo-eval.json" >&2
+mkdir -p build/demo
+echo "== quantforge convert $model --to gguf --type Q4_K_M -o build/demo/fixture-Q4_K_M.gguf" >&2
+"$qf" convert "$model" --to gguf --type Q4_K_M -o build/demo/fixture-Q4_K_M.gguf
+echo "== quantforge generate build/demo/fixture-Q4_K_M.gguf --prompt 'The President' -n 32" >&2
+"$qf" generate build/demo/fixture-Q4_K_M.gguf --prompt "The President" -n 32
+echo "== quantforge eval build/demo/fixture-Q4_K_M.gguf --baseline $model (gate: mean KL <= 0.01)" >&2
+"$qf" eval build/demo/fixture-Q4_K_M.gguf --text tests/data/text/evaluation.txt --max-chunks 40 \
+  --baseline "$model" --max-kld 0.01 --json build/demo/eval.json
+echo "== report: build/demo/eval.json" >&2

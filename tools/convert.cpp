@@ -1,23 +1,49 @@
-// quantforge convert INPUT --to hf [--tokenizer FILE] -o OUT
-//   INPUT: a llama2.c checkpoint (.bin) with its tokenizer (--tokenizer).
+// quantforge convert INPUT --to hf --tokenizer FILE -o OUT      (llama2.c checkpoint -> Hugging Face folder)
+// quantforge convert MODEL --to gguf --type TYPE [--imatrix F] -o OUT.gguf   (Hugging Face -> GGUF)
 #include <filesystem>
 
 #include "commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "formats/gguf/hf_to_gguf.h"
+#include "formats/hf/resolve.h"
 #include "formats/llama2c/llama2c_model.h"
 
 namespace qf::cli {
 namespace {
 
 struct ConvertOpts {
-  std::string input, to, tokenizer, out;
+  std::string input, to, tokenizer, out, type = "F16", imatrix;
+  int threads = 0;
 };
+
+void run_gguf(const ConvertOpts& o) {
+  std::unique_ptr<ThreadPool> holder;
+  ThreadPool& pool = pool_for(o.threads, holder);
+  if (!o.tokenizer.empty()) throw Error(ErrorKind::Usage, "--tokenizer applies to llama2.c checkpoints; a Hugging Face folder brings its own");
+  const ResolvedModel m = resolve_model(o.input);
+  GgufConvertOptions g;
+  g.preset = o.type;
+  g.imatrix = o.imatrix;
+  const bool quiet = Progress::quiet();
+  g.note = [quiet](const std::string& s) {
+    if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
+  };
+  const GgufConvertResult r = convert_hf_to_gguf(m.dir, o.out, g, pool);
+  if (!quiet)
+    std::fprintf(stderr, "wrote %s: %.2f MiB (%.2f bits per weight) from %.2f MiB in %.2f s (%.1f MB/s of input)\n",
+                 r.path.c_str(), static_cast<double>(r.output_bytes) / 1048576.0,
+                 r.parameters ? 8.0 * static_cast<double>(r.output_bytes) / static_cast<double>(r.parameters) : 0.0,
+                 static_cast<double>(r.input_bytes) / 1048576.0, r.seconds,
+                 static_cast<double>(r.input_bytes) / 1e6 / std::max(r.seconds, 1e-9));
+}
 
 void run_convert(const ConvertOpts& o) {
   namespace fs = std::filesystem;
+  if (o.to == "gguf") return run_gguf(o);
+  if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
   if (o.to != "hf")
-    throw unsupported("--to " + o.to, "this build converts to 'hf' (Hugging Face folder) only");
+    throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder) or 'gguf', got '" + o.to + "'");
   if (fs::is_directory(o.input))
     throw unsupported(o.input, "is already a folder; --to hf converts llama2.c checkpoints (.bin)");
   if (o.tokenizer.empty())
@@ -30,11 +56,14 @@ void run_convert(const ConvertOpts& o) {
 
 void register_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOpts>();
-  CLI::App* cmd = app.add_subcommand("convert", "Convert a model to another format (llama2.c checkpoint -> Hugging Face folder)");
-  cmd->add_option("input", o->input, "the model to convert (a llama2.c .bin checkpoint)")->required();
-  cmd->add_option("--to", o->to, "target format: hf")->required();
+  CLI::App* cmd = app.add_subcommand("convert", "Convert a model: Hugging Face -> GGUF (with k-quant presets), llama2.c -> Hugging Face");
+  cmd->add_option("input", o->input, "the model to convert: a Hugging Face folder or cache id (--to gguf), a llama2.c .bin (--to hf)")->required();
+  cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
+  cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
+  cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
+  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (tok512.bin, tokenizer.bin)");
-  cmd->add_option("-o,--output", o->out, "output folder (must not exist, or be empty)")->required();
+  cmd->add_option("-o,--output", o->out, "output: a .gguf file, or a folder for --to hf (must not exist, or be empty)")->required();
   cmd->callback([o] { run_convert(*o); });
 }
 

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   qf::cli::register_generate(app);
   qf::cli::register_eval(app);
   qf::cli::register_bench(app);
+  qf::cli::register_imatrix(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

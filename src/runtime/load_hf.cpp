@@ -74,6 +74,11 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
 }
 
 std::unique_ptr<Model> load_model(const std::string& model) {
+  const std::filesystem::path p(model);
+  if (std::filesystem::is_regular_file(p)) {
+    if (p.extension() == ".gguf") return load_gguf_model(p);
+    throw unsupported(model, "the runtime reads .gguf files and Hugging Face folders; this is neither");
+  }
   ResolvedModel m = resolve_model(model);
   return load_hf_model(m.dir);
 }

@@ -59,6 +59,12 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
     check_linear(l.down, h, c.intermediate_size, p + "mlp.down_proj.weight");
   }
   inv_freq_ = rope_inv_freq(c);
+  if (!w_.rope_freq_factors.empty()) {
+    if (w_.rope_freq_factors.size() != inv_freq_.size())
+      throw invalid_input("rope_freqs.weight", "expected " + std::to_string(inv_freq_.size()) + " factors, got " +
+                                                   std::to_string(w_.rope_freq_factors.size()));
+    for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= w_.rope_freq_factors[i];
+  }
 }
 
 int64_t Model::window(int64_t layer) const {
@@ -83,11 +89,12 @@ void Model::rope(const Batch& b, float* x, int64_t heads) const {
     for (int64_t i = 0; i < half; ++i) {
       const float ang = p * inv_freq_[static_cast<size_t>(i)];
       const float c = std::cos(ang), s = std::sin(ang);
+      const int64_t i0 = w_.rope_interleaved ? 2 * i : i, i1 = w_.rope_interleaved ? 2 * i + 1 : i + half;
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x + (static_cast<int64_t>(t) * heads + h) * hd;
-        const float a = v[i], bb = v[i + half];
-        v[i] = a * c - bb * s;
-        v[i + half] = bb * c + a * s;
+        const float a = v[i0], bb = v[i1];
+        v[i0] = a * c - bb * s;
+        v[i1] = bb * c + a * s;
       }
     }
   }
@@ -162,7 +169,8 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
   });
 }
 
-void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool) const {
+void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
+                    LinearObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(b.size());
   const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
@@ -176,9 +184,8 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
     if (pos < 0 || (c.max_position_embeddings > 0 && pos >= c.max_position_embeddings))
       throw invalid_input("forward", "position " + std::to_string(pos) + " is beyond the model's maximum context " +
                                          std::to_string(c.max_position_embeddings));
-    const int32_t seq = b.seq[static_cast<size_t>(t)];
-    if (cache.length(seq) < pos + 1) cache.reserve(seq, pos + 1);
   }
+  for (int64_t t = 0; t < n; ++t) cache.reserve(b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)] + 1);
 
   std::vector<float> x(static_cast<size_t>(n * h)), xn(x.size());
   std::vector<float> q(static_cast<size_t>(n * qd)), k(static_cast<size_t>(n * kvd)), v(k.size());
@@ -188,6 +195,9 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
     for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.attn_norm.data(), eps, h, xn.data() + t * h);
+    if (obs) {
+      for (auto slot : {LinearObserver::Q, LinearObserver::K, LinearObserver::V}) obs->observe(li, slot, xn.data(), n, h);
+    }
     L.q->forward(xn.data(), n, q.data(), pool);
     L.k->forward(xn.data(), n, k.data(), pool);
     L.v->forward(xn.data(), n, v.data(), pool);
@@ -203,13 +213,19 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
       cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd,
                   v.data() + t * kvd);
     attention(li, b, q.data(), cache, att.data(), pool);
+    if (obs) obs->observe(li, LinearObserver::O, att.data(), n, qd);
     L.o->forward(att.data(), n, xn.data(), pool);
     for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
 
     for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.ffn_norm.data(), eps, h, xn.data() + t * h);
+    if (obs) {
+      obs->observe(li, LinearObserver::Gate, xn.data(), n, h);
+      obs->observe(li, LinearObserver::Up, xn.data(), n, h);
+    }
     L.gate->forward(xn.data(), n, g.data(), pool);
     L.up->forward(xn.data(), n, u.data(), pool);
     for (int64_t t = 0; t < n; ++t) swiglu(g.data() + t * ff, u.data() + t * ff, ff);
+    if (obs) obs->observe(li, LinearObserver::Down, g.data(), n, ff);
     L.down->forward(g.data(), n, xn.data(), pool);
     for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
   }
@@ -221,6 +237,7 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
     ++m;
   }
   logits.resize(static_cast<size_t>(m * c.vocab_size));
+  if (m > 0 && obs) obs->observe(-1, LinearObserver::LmHead, xn.data(), m, h);
   if (m > 0) w_.lm_head->forward(xn.data(), m, logits.data(), pool);
 }
 

@@ -31,6 +31,20 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;    // [hidden]
   std::shared_ptr<Linear> lm_head;  // [vocab, hidden]; the same object as embed when tied
+  // Row layout of q/k: false for Hugging Face's rotate-half (pairs i, i + hd/2),
+  // true for llama.cpp's LLAMA RoPE mode (adjacent pairs 2i, 2i + 1).
+  bool rope_interleaved = false;
+  // GGUF rope_freqs (llama3 scaling precomputed): inv_freq[i] /= factor[i].
+  std::vector<float> rope_freq_factors;
+};
+
+// Sees the input of every Linear during forward (the importance matrix and
+// calibration statistics use it). `x` holds n rows of `in` floats.
+class LinearObserver {
+ public:
+  virtual ~LinearObserver() = default;
+  enum Slot { Q, K, V, O, Gate, Up, Down, LmHead };
+  virtual void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) = 0;
 };
 
 // Tokens to run in one forward pass. Tokens of one sequence must come in
@@ -66,7 +80,8 @@ class Model {
 
   // Runs the batch, appending its K/V to `cache`; `logits` receives
   // [tokens with want_logits, vocab] floats in batch order.
-  void forward(const Batch& batch, KvCache& cache, std::vector<float>& logits, ThreadPool& pool) const;
+  void forward(const Batch& batch, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
+               LinearObserver* observer = nullptr) const;
 
   // Weight bytes read to produce one token: every Linear, the norms and one
   // embedding row.
@@ -93,7 +108,11 @@ std::vector<float> rope_inv_freq(const ModelConfig& config);
 // f32/f16/bf16 safetensors, views straight into the mapped files.
 std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir);
 
-// Any model the runtime reads: a Hugging Face folder (or cache id).
+// A GGUF file (llama, qwen2, qwen3 architectures; every type kquants reads),
+// weights used in place from the mapping.
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file);
+
+// Any model the runtime reads: a .gguf file, a Hugging Face folder (or cache id).
 std::unique_ptr<Model> load_model(const std::string& model);
 
 }  // namespace qf::rt

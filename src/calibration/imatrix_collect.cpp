@@ -1,0 +1,87 @@
+#include "calibration/imatrix_collect.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace qf {
+namespace {
+
+class SquareSums final : public rt::LinearObserver {
+ public:
+  explicit SquareSums(bool output) : output_(output) {}
+
+  void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) override {
+    if (slot == LmHead && !output_) return;
+    Acc& a = acc_[name(layer, slot)];
+    if (a.sum.empty()) a.sum.assign(static_cast<size_t>(in), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = x + t * in;
+      for (int64_t j = 0; j < in; ++j) a.sum[static_cast<size_t>(j)] += static_cast<double>(r[j]) * r[j];
+    }
+    a.count += n;
+  }
+
+  Imatrix result() const {
+    Imatrix m;
+    for (const auto& [k, a] : acc_) {
+      ImatrixEntry e;
+      e.in_sum2.assign(a.sum.begin(), a.sum.end());
+      e.count = static_cast<float>(a.count);
+      m.entries.emplace(k, std::move(e));
+    }
+    return m;
+  }
+
+ private:
+  static std::string name(int64_t layer, Slot slot) {
+    static const char* parts[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    if (slot == LmHead) return "output.weight";
+    return "blk." + std::to_string(layer) + "." + parts[slot] + ".weight";
+  }
+  struct Acc {
+    std::vector<double> sum;
+    int64_t count = 0;
+  };
+  bool output_;
+  std::map<std::string, Acc> acc_;
+};
+
+}  // namespace
+
+Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,
+                        const ImatrixOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
+  if (o.ctx < 2) throw Error(ErrorKind::Usage, "imatrix: --ctx must be at least 2");
+  if (model.max_context() > 0 && o.ctx > model.max_context())
+    throw invalid_input("imatrix", "context " + std::to_string(o.ctx) + " exceeds the model's maximum of " +
+                                       std::to_string(model.max_context()));
+  const std::vector<int32_t> ids = tok.encode(text, tok.bos_id() >= 0);
+  int64_t chunks = static_cast<int64_t>(ids.size()) / o.ctx;
+  if (chunks == 0)
+    throw invalid_input(o.dataset.empty() ? "imatrix" : o.dataset,
+                        "the text has " + std::to_string(ids.size()) + " tokens, fewer than one chunk of " +
+                            std::to_string(o.ctx) + " (use a longer text or a smaller --ctx)");
+  if (o.max_chunks > 0) chunks = std::min(chunks, o.max_chunks);
+  SquareSums sums(o.process_output);
+  std::vector<float> logits;
+  for (int64_t c = 0; c < chunks; ++c) {
+    rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);
+    const int32_t seq = cache.add_sequence();
+    rt::Batch b;
+    for (int64_t j = 0; j < o.ctx; ++j) {
+      int32_t id = ids[static_cast<size_t>(c * o.ctx + j)];
+      if (j == 0 && tok.bos_id() >= 0) id = tok.bos_id();
+      // llama-imatrix asks for every position's logits; output.weight then sees all tokens.
+      b.add(id, seq, j, o.process_output);
+    }
+    model.forward(b, cache, logits, pool, &sums);
+    if (progress) progress(c + 1, chunks);
+  }
+  Imatrix m = sums.result();
+  m.chunk_count = static_cast<uint32_t>(chunks);
+  m.chunk_size = static_cast<uint32_t>(o.ctx);
+  if (!o.dataset.empty()) m.datasets.push_back(o.dataset);
+  return m;
+}
+
+}  // namespace qf

@@ -1,0 +1,31 @@
+// The importance matrix llama.cpp's llama-imatrix computes, from our runtime:
+// for every Linear of the decoder blocks, the sum over calibration tokens of
+// x_j^2 per input column, and the token count. Chunks follow llama-imatrix:
+// the text tokenized once, cut into non-overlapping chunks of ctx tokens whose
+// first token is replaced by BOS; every token of a chunk counts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "formats/gguf/imatrix.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/model.h"
+
+namespace qf {
+
+struct ImatrixOptions {
+  int64_t ctx = 512;
+  int64_t max_chunks = 0;       // 0: every chunk of the text
+  bool process_output = false;  // also output.weight (llama-imatrix --process-output)
+  std::string dataset;          // name recorded in imatrix.datasets
+};
+
+// Entries are keyed by GGUF tensor name (blk.N.attn_q.weight, ...).
+Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,
+                        const ImatrixOptions& opts, ThreadPool& pool,
+                        const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace qf

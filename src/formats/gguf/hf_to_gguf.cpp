@@ -1,0 +1,225 @@
+#include "formats/gguf/hf_to_gguf.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <regex>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "formats/gguf/gguf.h"
+#include "formats/gguf/gguf_writer.h"
+#include "formats/gguf/imatrix.h"
+#include "formats/hf/model_config.h"
+#include "formats/safetensors.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "quantizers/gguf_mix.h"
+#include "quantizers/kquants.h"
+
+namespace qf {
+namespace {
+
+std::string gguf_arch(const ModelConfig& c, const std::string& where) {
+  if (c.model_type == "llama" || c.model_type == "mistral") return "llama";
+  if (c.model_type == "qwen2") return "qwen2";
+  if (c.model_type == "qwen3") return "qwen3";
+  throw unsupported(where, "model_type '" + c.model_type + "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3)");
+}
+
+// HF rotate-half rows -> llama.cpp's interleaved pairs: within each head,
+// output row 2i + t takes input row t * hd/2 + i.
+std::vector<float> permute_qk(const std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols) {
+  const int64_t hd = rows / heads, half = hd / 2;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t t = 0; t < 2; ++t)
+        std::memcpy(out.data() + (h * hd + 2 * i + t) * cols, w.data() + (h * hd + t * half + i) * cols,
+                    static_cast<size_t>(cols) * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+std::string gguf_tensor_name(const std::string& n) {
+  static const std::map<std::string, std::string> top = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  if (auto it = top.find(n); it != top.end()) return it->second;
+  static const std::regex layer(R"(^model\.layers\.(\d+)\.(.+)$)");
+  std::smatch m;
+  if (!std::regex_match(n, m, layer)) return "";
+  static const std::map<std::string, std::string> part = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate_proj.bias", "ffn_gate.bias"},
+      {"mlp.up_proj.bias", "ffn_up.bias"},
+      {"mlp.down_proj.bias", "ffn_down.bias"},
+  };
+  auto it = part.find(m[2].str());
+  if (it == part.end()) return "";
+  return "blk." + m[1].str() + "." + it->second;
+}
+
+GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std::filesystem::path& out,
+                                     const GgufConvertOptions& opts, ThreadPool& pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string where = dir.string();
+  ModelConfig c = load_model_config(dir);
+  if (c.quantization_config) throw unsupported(where, "the checkpoint is already quantized (config.json has a quantization_config)");
+  if (c.is_moe()) throw unsupported(where, "mixture-of-experts models cannot be converted to GGUF yet");
+  const std::string arch = gguf_arch(c, where);
+  const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
+  Checkpoint ck = Checkpoint::open(dir);
+  Imatrix imatrix;
+  const bool has_imatrix = !opts.imatrix.empty();
+  if (has_imatrix) imatrix = read_imatrix(opts.imatrix);
+
+  // Which HF tensor becomes which GGUF tensor.
+  std::map<std::string, std::string> hf_of;  // gguf name -> hf name
+  std::vector<gguf_mix::TensorDesc> descs;
+  for (const std::string& name : ck.names()) {
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
+    const std::string g = gguf_tensor_name(name);
+    if (g.empty()) throw unsupported(where, "tensor '" + name + "' has no GGUF counterpart");
+    const TensorInfo& ti = ck.info(name);
+    if (!dtype_is_float(ti.dtype)) throw unsupported(where, "tensor '" + name + "' is " + dtype_name(ti.dtype) + ", not a float type");
+    std::vector<int64_t> ne(ti.shape.rbegin(), ti.shape.rend());
+    descs.push_back({g, ne});
+    hf_of[g] = name;
+  }
+  gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, 0};
+  const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix);
+
+  GgufWriter w(out);
+  const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  w.add_string("general.architecture", arch);
+  w.add_string("general.name", name);
+  auto key = [&](const std::string& k) { return arch + "." + k; };
+  w.add_u32(key("block_count"), static_cast<uint32_t>(c.num_hidden_layers));
+  w.add_u32(key("context_length"), static_cast<uint32_t>(c.max_position_embeddings));
+  w.add_u32(key("embedding_length"), static_cast<uint32_t>(c.hidden_size));
+  w.add_u32(key("feed_forward_length"), static_cast<uint32_t>(c.intermediate_size));
+  w.add_u32(key("attention.head_count"), static_cast<uint32_t>(c.num_attention_heads));
+  w.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(c.num_key_value_heads));
+  w.add_f32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
+  w.add_f32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
+  if (c.head_dim != c.hidden_size / c.num_attention_heads || arch == "qwen3") {
+    w.add_u32(key("attention.key_length"), static_cast<uint32_t>(c.head_dim));
+    w.add_u32(key("attention.value_length"), static_cast<uint32_t>(c.head_dim));
+  }
+  if (arch == "llama") {
+    w.add_u32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+    w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.head_dim));
+  }
+  std::vector<float> rope_freqs;
+  if (c.rope_scaling && c.rope_scaling->type != "default") {
+    const RopeScaling& s = *c.rope_scaling;
+    if (s.type == "linear") {
+      w.add_string(key("rope.scaling.type"), "linear");
+      w.add_f32(key("rope.scaling.factor"), static_cast<float>(s.factor));
+    } else if (s.type == "llama3") {
+      // llama.cpp stores llama3 scaling as per-frequency divisors (rope_freqs.weight).
+      const double base = c.rope_theta, old_ctx = static_cast<double>(*s.original_max_position_embeddings);
+      const double lo = *s.low_freq_factor, hi = *s.high_freq_factor;
+      for (int64_t i = 0; i < c.head_dim; i += 2) {
+        const double freq = 1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(c.head_dim));
+        const double wavelen = 2.0 * M_PI / freq;
+        double f;
+        if (wavelen < old_ctx / hi) f = 1.0;
+        else if (wavelen > old_ctx / lo) f = s.factor;
+        else {
+          const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+          f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+        }
+        rope_freqs.push_back(static_cast<float>(f));
+      }
+    } else {
+      throw unsupported(where, "rope_scaling type '" + s.type + "' cannot be converted to GGUF");
+    }
+  }
+  w.add_u32("general.quantization_version", 2);
+  w.add_u32("general.file_type", preset.ftype);
+  if (has_imatrix) {
+    w.add_string("quantize.imatrix.file", opts.imatrix.string());
+    if (!imatrix.datasets.empty()) w.add_string("quantize.imatrix.dataset", imatrix.datasets.front());
+    w.add_i32("quantize.imatrix.entries_count", static_cast<int32_t>(imatrix.entries.size()));
+    w.add_i32("quantize.imatrix.chunks_count", static_cast<int32_t>(imatrix.chunk_count));
+  }
+  write_tokenizer_metadata(w, tok->vocab());
+
+  GgufConvertResult res;
+  if (!rope_freqs.empty()) w.declare_tensor("rope_freqs.weight", ggml_type::F32, {rope_freqs.size()});
+  for (const auto& p : plans) {
+    const TensorInfo& ti = ck.info(hf_of.at(p.name));
+    std::vector<uint64_t> dims(ti.shape.rbegin(), ti.shape.rend());
+    w.declare_tensor(p.name, p.type, dims);
+    if (!p.note.empty() && opts.note) opts.note(p.note);
+  }
+  if (!rope_freqs.empty()) w.write_tensor_data("rope_freqs.weight", rope_freqs.data(), rope_freqs.size() * 4);
+
+  Progress progress("convert", plans.size(), "tensors");
+  std::vector<uint8_t> buf;
+  for (const auto& p : plans) {
+    const std::string& hf = hf_of.at(p.name);
+    Tensor t = ck.tensor(hf);
+    res.input_bytes += t.nbytes();
+    const int64_t cols = t.ndim() == 1 ? t.dim(0) : t.dim(-1);
+    const int64_t rows = t.numel() / std::max<int64_t>(1, cols);
+    if (t.ndim() == 2) res.parameters += static_cast<uint64_t>(t.numel());
+    std::vector<float> f = t.to_f32_vector();
+    if (arch == "llama" && (p.name.find(".attn_q.") != std::string::npos || p.name.find(".attn_k.") != std::string::npos)) {
+      const int64_t heads = p.name.find(".attn_q.") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
+      f = t.ndim() == 2 ? permute_qk(f, heads, rows, cols) : permute_qk(f, heads, cols, 1);
+    }
+    std::vector<float> importance;
+    if (has_imatrix && p.quantized) {
+      importance = imatrix.importance(p.name);
+      if (importance.empty()) {
+        if (opts.note) opts.note(p.name + ": no importance data in " + opts.imatrix.string() + "; quantized without it");
+      } else if (static_cast<int64_t>(importance.size()) != cols) {
+        throw invalid_input(opts.imatrix.string(), "entry '" + p.name + "' has " + std::to_string(importance.size()) +
+                                                       " values but the tensor's rows have " + std::to_string(cols));
+      }
+    }
+    if (p.type == ggml_type::F32) {
+      w.write_tensor_data(p.name, f.data(), f.size() * 4);
+    } else {
+      const size_t row_bytes = kquants::row_size(p.type, cols);
+      buf.resize(row_bytes * static_cast<size_t>(rows));
+      const float* imp = importance.empty() ? nullptr : importance.data();
+      const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
+      pool.parallel_for(rows, grain, [&](const Chunk& ch) {
+        kquants::quantize_rows(p.type, f.data() + ch.begin * cols, buf.data() + static_cast<size_t>(ch.begin) * row_bytes,
+                               ch.end - ch.begin, cols, imp);
+      });
+      w.write_tensor_data(p.name, buf.data(), buf.size());
+    }
+    res.types.emplace_back(p.name, p.type);
+    progress.add();
+  }
+  progress.finish();
+  res.path = w.finish();
+  res.output_bytes = std::filesystem::file_size(res.path);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace qf

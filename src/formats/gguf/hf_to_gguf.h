@@ -1,0 +1,40 @@
+// Hugging Face folder -> GGUF, as llama.cpp's convert_hf_to_gguf.py followed
+// by llama-quantize would produce it: llama.cpp's tensor names and metadata
+// keys, the q/k row permutation of the llama architecture, and per-tensor
+// types from a preset's mixing rules (quantizers/gguf_mix.h), quantized with
+// the reference block algorithms (quantizers/kquants.h), optionally weighted
+// by an importance matrix.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace qf {
+
+struct GgufConvertOptions {
+  std::string preset = "F16";            // gguf_mix preset name
+  std::filesystem::path imatrix;         // optional importance matrix (.gguf or .dat)
+  std::function<void(const std::string&)> note;  // messages (fallbacks, missing imatrix entries)
+};
+
+struct GgufConvertResult {
+  std::filesystem::path path;
+  uint64_t input_bytes = 0;   // bytes of weights read from the checkpoint
+  uint64_t output_bytes = 0;  // size of the GGUF file
+  uint64_t parameters = 0;    // elements of the 2-D weights
+  double seconds = 0;
+  std::vector<std::pair<std::string, uint32_t>> types;  // tensor -> ggml type, in file order
+};
+
+// The GGUF name of a Hugging Face tensor ("" when it has none).
+std::string gguf_tensor_name(const std::string& hf_name);
+
+GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out,
+                                     const GgufConvertOptions& opts, ThreadPool& pool);
+
+}  // namespace qf

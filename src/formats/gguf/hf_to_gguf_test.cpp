@@ -1,0 +1,196 @@
+// HF -> GGUF on the bundled fixture, checked through our runtime and reader.
+#include "formats/gguf/hf_to_gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "calibration/imatrix_collect.h"
+#include "core/io.h"
+#include "eval/perplexity.h"
+#include "formats/gguf/gguf.h"
+#include "formats/gguf/imatrix.h"
+#include "formats/llama2c/llama2c_model.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/model.h"
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+using namespace qf::test;
+
+std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
+
+TEST(HfToGguf, TensorNames) {
+  EXPECT_EQ(gguf_tensor_name("model.embed_tokens.weight"), "token_embd.weight");
+  EXPECT_EQ(gguf_tensor_name("lm_head.weight"), "output.weight");
+  EXPECT_EQ(gguf_tensor_name("model.norm.weight"), "output_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.11.self_attn.o_proj.weight"), "blk.11.attn_output.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.self_attn.k_proj.bias"), "blk.0.attn_k.bias");
+  EXPECT_EQ(gguf_tensor_name("model.layers.3.self_attn.q_norm.weight"), "blk.3.attn_q_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.post_attention_layernorm.weight"), "blk.2.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.down_proj.weight"), "blk.2.ffn_down.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.block_sparse_moe.gate.weight"), "");
+}
+
+// Converts the fixture once per preset for the whole suite.
+class FixtureGguf : public ::testing::Test {
+ protected:
+  static std::filesystem::path convert(const std::string& preset, const std::string& imatrix = "") {
+    static TempDir dir;
+    const std::filesystem::path out = dir.path() / (preset + (imatrix.empty() ? "" : "-imatrix") + ".gguf");
+    if (!std::filesystem::exists(out)) {
+      GgufConvertOptions o;
+      o.preset = preset;
+      o.imatrix = imatrix;
+      convert_hf_to_gguf(fixture(), out, o, ThreadPool::global());
+    }
+    return out;
+  }
+  static std::vector<eval::Span> spans(const Tokenizer& tok, int64_t n) {
+    eval::PplOptions o;
+    o.max_spans = n;
+    return eval::make_spans(tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
+  }
+  static eval::EvalResult compare(const std::filesystem::path& gguf, int64_t n_spans = 12) {
+    static auto base = rt::load_model(fixture().string());
+    static auto tok = load_tokenizer(fixture());
+    auto m = rt::load_gguf_model(gguf);
+    eval::PplOptions o;
+    return eval::evaluate(*m, base.get(), spans(*tok, n_spans), o, ThreadPool::global());
+  }
+};
+
+TEST_F(FixtureGguf, F16RunsExactlyLikeTheSafetensors) {
+  // Same f16 values; q/k rows interleaved for llama.cpp and rotated as pairs by
+  // the runtime. Only the summation order inside q.k changes.
+  const eval::EvalResult r = compare(convert("F16"), 4);
+  EXPECT_LT(r.kld_max, 1e-6);
+  EXPECT_LT(std::fabs(r.ppl_delta), 1e-3);
+  EXPECT_EQ(r.top1_agreement, 1.0);
+}
+
+TEST_F(FixtureGguf, MetadataAndTypesFollowLlamaCpp) {
+  const GgufFile f = GgufFile::open(convert("Q4_K_M"));
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_u32("general.file_type"), 15u);
+  EXPECT_EQ(f.get_u32("general.quantization_version"), 2u);
+  EXPECT_EQ(f.get_u32("llama.block_count"), 4u);
+  EXPECT_EQ(f.get_u32("llama.attention.head_count_kv"), 4u);
+  EXPECT_EQ(f.get_u32("llama.rope.dimension_count"), 32u);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+  std::map<std::string, uint32_t> type;
+  for (const auto& t : f.tensors()) type[t.name] = t.type;
+  EXPECT_EQ(type.at("output.weight"), ggml_type::Q6_K);
+  EXPECT_EQ(type.at("token_embd.weight"), ggml_type::Q4_K);
+  EXPECT_EQ(type.at("blk.0.attn_q.weight"), ggml_type::Q4_K);
+  // use_more_bits(i, 4) holds for layers 2 and 3.
+  EXPECT_EQ(type.at("blk.1.attn_v.weight"), ggml_type::Q4_K);
+  EXPECT_EQ(type.at("blk.2.attn_v.weight"), ggml_type::Q6_K);
+  EXPECT_EQ(type.at("blk.3.ffn_down.weight"), ggml_type::Q6_K);
+  EXPECT_EQ(type.at("blk.0.attn_norm.weight"), ggml_type::F32);
+  // The tokenizer read back from the GGUF encodes like the folder's.
+  auto a = load_tokenizer(fixture());
+  auto b = load_tokenizer(convert("Q4_K_M"));
+  const std::string text = read_text_file(source_dir() / "tests/data/text/evaluation.txt").substr(0, 20000);
+  EXPECT_EQ(a->encode(text, true), b->encode(text, true));
+}
+
+TEST_F(FixtureGguf, KlDivergenceGrowsAsBitsShrink) {
+  const char* order[] = {"Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"};
+  double prev_kld = 0, prev_ppl = 0;
+  for (const char* p : order) {
+    const eval::EvalResult r = compare(convert(p), 8);
+    std::printf("%-7s KLD %.6f ppl %.4f\n", p, r.kld_mean, r.ppl);
+    EXPECT_GT(r.kld_mean, prev_kld) << p;
+    // Perplexity follows within noise: no more than 0.2% below the previous preset.
+    EXPECT_GT(r.ppl, prev_ppl * 0.998) << p;
+    prev_kld = r.kld_mean, prev_ppl = r.ppl;
+  }
+  EXPECT_GT(prev_kld, 0.01);  // Q2_K
+}
+
+TEST_F(FixtureGguf, ImatrixImprovesLowBitPresets) {
+  static TempDir dir;
+  const auto im_path = dir.path() / "imatrix.gguf";
+  {
+    auto model = rt::load_model(fixture().string());
+    auto tok = load_tokenizer(fixture());
+    ImatrixOptions o;
+    o.max_chunks = 16;
+    o.dataset = "calibration.txt";
+    const Imatrix m = compute_imatrix(*model, *tok, read_text_file(source_dir() / "tests/data/text/calibration.txt"), o,
+                                      ThreadPool::global());
+    EXPECT_EQ(m.entries.size(), 4u * 7);
+    EXPECT_EQ(m.entries.at("blk.0.attn_q.weight").count, 16.f * 512);
+    EXPECT_EQ(m.entries.at("blk.0.attn_q.weight").in_sum2, m.entries.at("blk.0.attn_v.weight").in_sum2);
+    EXPECT_EQ(m.entries.at("blk.3.ffn_down.weight").in_sum2.size(), 768u);
+    write_imatrix_gguf(m, im_path);
+  }
+  for (const char* p : {"Q2_K", "Q3_K_M"}) {
+    const eval::EvalResult plain = compare(convert(p), 12), weighted = compare(convert(p, im_path.string()), 12);
+    std::printf("%-7s KLD %.6f -> %.6f, ppl %.4f -> %.4f with the imatrix\n", p, plain.kld_mean, weighted.kld_mean,
+                plain.ppl, weighted.ppl);
+    EXPECT_LT(weighted.kld_mean, plain.kld_mean) << p;
+    // Q2_K's perplexity gain is well above the noise of 12 chunks; Q3_K_M's
+    // (0.1% over 40 chunks) is not, so it only has to stay within noise.
+    if (std::string(p) == "Q2_K") {
+      EXPECT_LT(weighted.ppl, plain.ppl * 0.995) << p;
+    } else {
+      EXPECT_LT(weighted.ppl, plain.ppl * 1.005) << p;
+    }
+  }
+}
+
+TEST_F(FixtureGguf, FailedConversionLeavesNoFile) {
+  TempDir t;
+  Imatrix bad;
+  bad.entries["blk.0.attn_q.weight"] = {std::vector<float>(17, 1.f), 1.f};  // wrong length
+  bad.chunk_count = 1, bad.chunk_size = 512;
+  write_imatrix_gguf(bad, t.path() / "bad.gguf");
+  GgufConvertOptions o;
+  o.preset = "Q4_K_M";
+  o.imatrix = t.path() / "bad.gguf";
+  EXPECT_QF_ERROR(convert_hf_to_gguf(fixture(), t.path() / "out.gguf", o, ThreadPool::global()), ErrorKind::InvalidInput,
+                  "entry 'blk.0.attn_q.weight' has 17 values but the tensor's rows have 256");
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(t.path())) files += e.path().filename() != "bad.gguf";
+  EXPECT_EQ(files, 0u);
+  o.imatrix.clear();
+  o.preset = "Q4_K_XL";
+  EXPECT_QF_ERROR(convert_hf_to_gguf(fixture(), t.path() / "out.gguf", o, ThreadPool::global()), ErrorKind::Usage, "Q4_K_M");
+}
+
+TEST(HfToGguf, Stories260KConvertsWithFallbacks) {
+  const auto st = shared_dir() / "models" / "stories260K";
+  if (!std::filesystem::exists(st / "stories260K.bin")) GTEST_SKIP() << "../shared/models/stories260K is absent";
+  TempDir t;
+  convert_llama2c_to_hf(st / "stories260K.bin", st / "tok512.bin", t.path() / "hf");
+  for (const char* preset : {"Q4_K_M", "Q8_0"}) {
+    std::vector<std::string> notes;
+    GgufConvertOptions o;
+    o.preset = preset;
+    o.note = [&](const std::string& s) { notes.push_back(s); };
+    const auto out = t.path() / (std::string(preset) + ".gguf");
+    convert_hf_to_gguf(t.path() / "hf", out, o, ThreadPool::global());
+    // dim 64 and hidden 172 fit no k-quant block; 172 fits no 32-block either.
+    bool down_f16 = false;
+    for (const auto& n : notes) down_f16 |= n == "blk.4.ffn_down.weight: row length 172 is not a multiple of " +
+                                                     std::string(preset == std::string("Q8_0") ? "32 (q8_0)" : "256 (q6_K)") + "; using f16";
+    EXPECT_TRUE(down_f16) << preset << ": " << notes.size() << " notes";
+    auto m = rt::load_gguf_model(out);
+    auto tok = load_tokenizer(out);
+    eval::PplOptions po;
+    po.mode = eval::PplMode::Lines;
+    const auto r = eval::evaluate(*m, nullptr, eval::make_spans(*tok, read_text_file(st / "ts_fragment.txt"), po, 512, "ts"),
+                                  po, ThreadPool::global());
+    EXPECT_EQ(r.tokens_scored, 15507);
+    EXPECT_LT(r.ppl, 5.395 * (preset == std::string("Q8_0") ? 1.002 : 1.05)) << preset;
+  }
+}
+
+}  // namespace
+}  // namespace qf

@@ -1,0 +1,79 @@
+// Linear over GGUF blocks: activations are quantized to the weight type's
+// vec_dot_type once per token, then each thread takes a range of weight rows
+// and dots every token against each row while it is in cache.
+#include <algorithm>
+
+#include "core/error.h"
+#include "quantizers/kquants.h"
+#include "runtime/linear.h"
+
+namespace qf::rt {
+namespace {
+
+class BlockLinear final : public Linear {
+ public:
+  BlockLinear(uint32_t type, const void* data, int64_t rows, int64_t cols, std::shared_ptr<const void> owner,
+              std::vector<float> bias)
+      : Linear(cols, rows), type_(type), act_type_(kquants::vec_dot_type(type)),
+        data_(static_cast<const uint8_t*>(data)), owner_(std::move(owner)), bias_(std::move(bias)),
+        row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
+
+  void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
+    thread_local std::vector<uint8_t> act;
+    act.resize(static_cast<size_t>(n) * act_bytes_);
+    uint8_t* a = act.data();
+    pool.parallel_for(n, std::max<int64_t>(1, n / (2 * pool.size())), [&](const Chunk& c) {
+      for (int64_t t = c.begin; t < c.end; ++t)
+        kquants::quantize_activation(act_type_, x + t * in_, a + static_cast<size_t>(t) * act_bytes_, in_);
+    });
+    constexpr int64_t kTile = 16;
+    const int64_t tiles = (out_ + kTile - 1) / kTile;
+    pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
+      for (int64_t tile = c.begin; tile < c.end; ++tile) {
+        const int64_t r0 = tile * kTile, r1 = std::min(out_, r0 + kTile);
+        for (int64_t t = 0; t < n; ++t) {
+          const uint8_t* at = a + static_cast<size_t>(t) * act_bytes_;
+          float* yt = y + t * out_;
+          for (int64_t r = r0; r < r1; ++r) {
+            const float v = kquants::vec_dot(type_, in_, data_ + static_cast<size_t>(r) * row_bytes_, at);
+            yt[r] = bias_.empty() ? v : v + bias_[static_cast<size_t>(r)];
+          }
+        }
+      }
+    });
+  }
+
+  void decode_row(int64_t r, float* out) const override {
+    kquants::dequantize_row(type_, data_ + static_cast<size_t>(r) * row_bytes_, out, in_);
+  }
+  uint64_t weight_bytes() const override { return static_cast<uint64_t>(row_bytes_) * static_cast<uint64_t>(out_); }
+  std::string format() const override { return ggml_type_info(type_)->name; }
+
+ private:
+  uint32_t type_, act_type_;
+  const uint8_t* data_;
+  std::shared_ptr<const void> owner_;
+  std::vector<float> bias_;
+  size_t row_bytes_, act_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_block_linear(uint32_t type, const void* data, int64_t rows, int64_t cols,
+                                          std::shared_ptr<const void> owner, const Tensor* bias,
+                                          const std::string& name) {
+  const GgmlTypeInfo* info = ggml_type_info(type);
+  if (!info || !kquants::is_supported(type) || type == ggml_type::Q8_K || type == ggml_type::Q8_1)
+    throw unsupported(name, "the runtime cannot multiply ggml type " + std::string(info ? info->name : "#" + std::to_string(type)));
+  if (cols % info->block_size != 0)
+    throw invalid_input(name, "row length " + std::to_string(cols) + " is not a multiple of the " + info->name +
+                                  " block size " + std::to_string(info->block_size));
+  std::vector<float> b;
+  if (bias) {
+    if (bias->numel() != rows) throw invalid_input(name, "bias has " + std::to_string(bias->numel()) + " values for " + std::to_string(rows) + " rows");
+    b = bias->to_f32_vector();
+  }
+  return std::make_unique<BlockLinear>(type, data, rows, cols, std::move(owner), std::move(b));
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,128 @@
+// GGUF -> runtime Model, weights used in place from the mapping.
+#include <memory>
+
+#include "core/error.h"
+#include "formats/gguf/gguf.h"
+#include "quantizers/kquants.h"
+#include "runtime/model.h"
+
+namespace qf::rt {
+namespace {
+
+struct GgufReader {
+  std::shared_ptr<GgufFile> f;
+  std::string where;
+
+  const GgufTensorInfo& info(const std::string& name) const {
+    const GgufTensorInfo* t = f->find_tensor(name);
+    if (!t) throw not_found(where, "tensor '" + name + "' is missing");
+    return *t;
+  }
+  bool has(const std::string& name) const { return f->find_tensor(name) != nullptr; }
+  std::shared_ptr<const void> owner() const { return std::shared_ptr<const void>(f, f.get()); }
+
+  static DType float_dtype(uint32_t type) {
+    return type == ggml_type::F32 ? DType::F32 : type == ggml_type::F16 ? DType::F16 : DType::BF16;
+  }
+  static bool is_float(uint32_t type) {
+    return type == ggml_type::F32 || type == ggml_type::F16 || type == ggml_type::BF16;
+  }
+  Tensor float_tensor(const GgufTensorInfo& t) const {
+    Shape shape;
+    for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) shape.push_back(static_cast<int64_t>(*it));
+    return Tensor::view_of(owner(), f->tensor_data(t), float_dtype(t.type), shape);
+  }
+  std::vector<float> vec(const std::string& name, int64_t n) const {
+    const GgufTensorInfo& t = info(name);
+    if (!is_float(t.type) || t.numel() != static_cast<uint64_t>(n))
+      throw invalid_input(where, "tensor '" + name + "' should hold " + std::to_string(n) + " float values");
+    return float_tensor(t).to_f32_vector();
+  }
+  std::shared_ptr<Linear> linear(const std::string& base, int64_t rows, int64_t cols, bool bias) const {
+    const std::string name = base + ".weight";
+    const GgufTensorInfo& t = info(name);
+    if (t.dims.size() != 2 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows))
+      throw invalid_input(where, "tensor '" + name + "' should have ne = [" + std::to_string(cols) + ", " +
+                                     std::to_string(rows) + "]");
+    std::optional<Tensor> b;
+    if (bias || has(base + ".bias")) {
+      const GgufTensorInfo& bi = info(base + ".bias");
+      if (!is_float(bi.type)) throw invalid_input(where, "tensor '" + base + ".bias' is not a float tensor");
+      b = float_tensor(bi);
+    }
+    if (is_float(t.type)) return make_dense_linear(float_tensor(t), b ? &*b : nullptr, name);
+    return make_block_linear(t.type, f->tensor_data(t), rows, cols, owner(), b ? &*b : nullptr, name);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
+  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file)), file.string()};
+  const GgufFile& f = *r.f;
+  const std::string arch = f.get_string("general.architecture");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
+    throw unsupported(r.where, "general.architecture '" + arch + "' is not supported by the runtime (llama, mistral, qwen2, qwen3)");
+  auto key = [&](const std::string& k) { return arch + "." + k; };
+  ModelConfig c;
+  c.model_type = arch == "mistral" ? "llama" : arch;
+  c.hidden_size = f.get_u32(key("embedding_length"));
+  c.num_hidden_layers = f.get_u32(key("block_count"));
+  c.num_attention_heads = f.get_u32(key("attention.head_count"));
+  c.num_key_value_heads = f.has(key("attention.head_count_kv")) ? f.get_u32(key("attention.head_count_kv")) : c.num_attention_heads;
+  c.head_dim = f.has(key("attention.key_length")) ? f.get_u32(key("attention.key_length")) : c.hidden_size / c.num_attention_heads;
+  c.intermediate_size = f.get_u32(key("feed_forward_length"));
+  c.max_position_embeddings = f.has(key("context_length")) ? f.get_u32(key("context_length")) : 0;
+  c.rope_theta = f.has(key("rope.freq_base")) ? f.get_f32(key("rope.freq_base")) : 10000.0;
+  c.rms_norm_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
+  if (f.has(key("attention.sliding_window"))) c.sliding_window = f.get_u32(key("attention.sliding_window"));
+  if (f.has(key("expert_count")) && f.get_u32(key("expert_count")) > 0)
+    throw unsupported(r.where, "mixture-of-experts GGUF models are not supported by the runtime yet");
+  if (f.has(key("rope.scaling.type"))) {
+    const std::string t = f.get_string(key("rope.scaling.type"));
+    if (t == "linear") {
+      RopeScaling s;
+      s.type = "linear";
+      s.factor = f.get_f32(key("rope.scaling.factor"));
+      c.rope_scaling = s;
+    } else if (t != "none") {
+      throw unsupported(r.where, "rope.scaling.type '" + t + "' is not supported by the runtime");
+    }
+  }
+  const GgufTensorInfo& emb = r.info("token_embd.weight");
+  if (emb.dims.size() != 2 || emb.dims[0] != static_cast<uint64_t>(c.hidden_size))
+    throw invalid_input(r.where, "token_embd.weight should have ne = [" + std::to_string(c.hidden_size) + ", vocab]");
+  c.vocab_size = static_cast<int64_t>(emb.dims[1]);
+  c.tie_word_embeddings = !r.has("output.weight");
+  c.torch_dtype = "gguf";
+
+  ModelWeights w;
+  w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false);
+  const bool qkv_bias = arch == "qwen2";
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.attn_norm = r.vec(p + "attn_norm.weight", c.hidden_size);
+    l.ffn_norm = r.vec(p + "ffn_norm.weight", c.hidden_size);
+    if (arch == "qwen3") {
+      l.q_norm = r.vec(p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = r.vec(p + "attn_k_norm.weight", c.head_dim);
+    }
+    l.q = r.linear(p + "attn_q", c.q_dim(), c.hidden_size, qkv_bias);
+    l.k = r.linear(p + "attn_k", c.kv_dim(), c.hidden_size, qkv_bias);
+    l.v = r.linear(p + "attn_v", c.kv_dim(), c.hidden_size, qkv_bias);
+    l.o = r.linear(p + "attn_output", c.hidden_size, c.q_dim(), false);
+    l.gate = r.linear(p + "ffn_gate", c.intermediate_size, c.hidden_size, false);
+    l.up = r.linear(p + "ffn_up", c.intermediate_size, c.hidden_size, false);
+    l.down = r.linear(p + "ffn_down", c.hidden_size, c.intermediate_size, false);
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = r.vec("output_norm.weight", c.hidden_size);
+  w.lm_head = c.tie_word_embeddings ? w.embed : r.linear("output", c.vocab_size, c.hidden_size, false);
+  // llama.cpp's LLAMA RoPE mode rotates adjacent pairs; qwen2/qwen3 use NEOX (halves).
+  w.rope_interleaved = arch == "llama" || arch == "mistral";
+  if (r.has("rope_freqs.weight")) w.rope_freq_factors = r.vec("rope_freqs.weight", c.head_dim / 2);
+  return std::make_unique<Model>(std::move(c), std::move(w), file);
+}
+
+}  // namespace qf::rt

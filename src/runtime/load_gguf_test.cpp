@@ -1,0 +1,103 @@
+// The runtime's GGUF path: block Linear against dequantized weights, and the
+// loader's errors on files that are valid GGUF but not a model it can run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "formats/gguf/gguf_writer.h"
+#include "quantizers/kquants.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/model.h"
+#include "test_util.h"
+
+namespace qf::rt {
+namespace {
+
+using namespace qf::test;
+
+TEST(BlockLinear, MatchesDequantizedWeightsForEveryType) {
+  const int64_t rows = 24, cols = 512, n = 3;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+  for (auto& v : w) v = d(rng);
+  for (auto& v : x) v = d(rng);
+  for (uint32_t type : {ggml_type::Q4_0, ggml_type::Q4_1, ggml_type::Q5_0, ggml_type::Q5_1, ggml_type::Q8_0,
+                        ggml_type::Q2_K, ggml_type::Q3_K, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K}) {
+    const size_t rb = kquants::row_size(type, cols);
+    auto data = std::make_shared<std::vector<uint8_t>>(rb * rows);
+    kquants::quantize_rows(type, w.data(), data->data(), rows, cols, nullptr);
+    auto lin = make_block_linear(type, data->data(), rows, cols, data, nullptr, "w");
+    std::vector<float> y(static_cast<size_t>(n * rows));
+    ThreadPool pool(2);
+    lin->forward(x.data(), n, y.data(), pool);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      lin->decode_row(r, row.data());
+      for (int64_t t = 0; t < n; ++t) {
+        double exact = 0, mag = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          exact += static_cast<double>(row[j]) * x[t * cols + j];
+          mag += std::fabs(row[j] * x[t * cols + j]);
+        }
+        // The activations are quantized to 8 bits per block, as llama.cpp does.
+        EXPECT_NEAR(y[t * rows + r], exact, 0.01 * mag) << ggml_type_info(type)->name << " row " << r;
+      }
+    }
+    EXPECT_EQ(lin->weight_bytes(), rb * rows);
+    EXPECT_EQ(lin->format(), ggml_type_info(type)->name);
+  }
+  EXPECT_QF_ERROR(make_block_linear(ggml_type::Q4_K, nullptr, 1, 100, nullptr, nullptr, "blk.0.ffn_down.weight"),
+                  ErrorKind::InvalidInput, "blk.0.ffn_down.weight: row length 100 is not a multiple of the q4_K block size 256");
+}
+
+// A minimal llama GGUF: 1 layer, hidden 32, 2 heads, vocab 16, f32 weights.
+void write_tiny(const std::filesystem::path& p, const std::string& arch, bool drop_q) {
+  GgufWriter w(p);
+  w.add_string("general.architecture", arch);
+  w.add_u32(arch + ".embedding_length", 32);
+  w.add_u32(arch + ".block_count", 1);
+  w.add_u32(arch + ".attention.head_count", 2);
+  w.add_u32(arch + ".feed_forward_length", 64);
+  w.add_u32(arch + ".context_length", 64);
+  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  auto add = [&](const std::string& name, std::vector<uint64_t> dims) {
+    uint64_t n = 1;
+    for (auto v : dims) n *= v;
+    std::vector<float> data(n, 0.01f);
+    w.add_tensor(name, ggml_type::F32, dims, data.data(), data.size() * 4);
+  };
+  add("token_embd.weight", {32, 16});
+  add("output_norm.weight", {32});
+  add("blk.0.attn_norm.weight", {32});
+  add("blk.0.ffn_norm.weight", {32});
+  if (!drop_q) add("blk.0.attn_q.weight", {32, 32});
+  add("blk.0.attn_k.weight", {32, 32});
+  add("blk.0.attn_v.weight", {32, 32});
+  add("blk.0.attn_output.weight", {32, 32});
+  add("blk.0.ffn_gate.weight", {32, 64});
+  add("blk.0.ffn_up.weight", {32, 64});
+  add("blk.0.ffn_down.weight", {64, 32});
+  w.finish();
+}
+
+TEST(LoadGguf, TinyModelLoadsAndBadOnesFailClearly) {
+  TempDir t;
+  write_tiny(t.path() / "ok.gguf", "llama", false);
+  auto m = load_gguf_model(t.path() / "ok.gguf");
+  EXPECT_EQ(m->config().vocab_size, 16);
+  EXPECT_TRUE(m->config().tie_word_embeddings);
+  EXPECT_EQ(m->config().num_key_value_heads, 2);
+  write_tiny(t.path() / "gpt2.gguf", "gpt2", false);
+  EXPECT_QF_ERROR(load_gguf_model(t.path() / "gpt2.gguf"), ErrorKind::Unsupported, "general.architecture 'gpt2'");
+  write_tiny(t.path() / "noq.gguf", "llama", true);
+  EXPECT_QF_ERROR(load_gguf_model(t.path() / "noq.gguf"), ErrorKind::NotFound, "tensor 'blk.0.attn_q.weight' is missing");
+  write_file(t.path() / "junk.gguf", "GGUF\x03");
+  EXPECT_QF_ERROR(load_model((t.path() / "junk.gguf").string()), ErrorKind::InvalidInput, "junk.gguf");
+  write_file(t.path() / "x.bin", "abc");
+  EXPECT_QF_ERROR(load_model((t.path() / "x.bin").string()), ErrorKind::Unsupported, "neither");
+}
+
+}  // namespace
+}  // namespace qf::rt

@@ -1,0 +1,55 @@
+// quantforge imatrix MODEL --text FILE -o imatrix.gguf [--ctx 512] [--chunks N] [--process-output]
+#include <cstdio>
+
+#include "calibration/imatrix_collect.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "core/progress.h"
+
+namespace qf::cli {
+namespace {
+
+struct ImatrixOpts {
+  std::string model, text, out;
+  int64_t ctx = 512, chunks = 0;
+  bool process_output = false;
+  int threads = 0;
+};
+
+void run_imatrix(const ImatrixOpts& o) {
+  std::unique_ptr<ThreadPool> holder;
+  ThreadPool& pool = pool_for(o.threads, holder);
+  const std::string text = read_text_file(o.text);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
+  ImatrixOptions io;
+  io.ctx = o.ctx;
+  io.max_chunks = o.chunks;
+  io.process_output = o.process_output;
+  io.dataset = std::filesystem::path(o.text).filename().string();
+  Progress progress("imatrix", 0, "chunks");
+  const Imatrix m = compute_imatrix(*model, *tok, text, io, pool, [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
+  progress.finish();
+  write_imatrix_gguf(m, o.out);
+  if (!Progress::quiet())
+    std::fprintf(stderr, "wrote %s: %zu tensors, %u chunks of %u tokens\n", o.out.c_str(), m.entries.size(),
+                 m.chunk_count, m.chunk_size);
+}
+
+}  // namespace
+
+void register_imatrix(CLI::App& app) {
+  auto o = std::make_shared<ImatrixOpts>();
+  CLI::App* cmd = app.add_subcommand("imatrix", "Importance matrix (llama.cpp's GGUF imatrix layout) from a calibration text");
+  cmd->add_option("model", o->model, "model folder, Hugging Face cache id or .gguf file")->required();
+  cmd->add_option("--text", o->text, "calibration text (UTF-8)")->required();
+  cmd->add_option("-o,--output", o->out, "output imatrix .gguf")->required();
+  cmd->add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
+  cmd->add_option("--chunks", o->chunks, "use at most N chunks (default: all)");
+  cmd->add_flag("--process-output", o->process_output, "also collect output.weight");
+  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->callback([o] { run_imatrix(*o); });
+}
+
+}  // namespace qf::cli
