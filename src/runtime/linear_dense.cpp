@@ -23,7 +23,6 @@ class DenseLinear final : public Linear {
     const int64_t grain = std::max<int64_t>(1, tiles / (4 * pool.size()));
     pool.parallel_for(tiles, grain, [&](const Chunk& c) {
       thread_local std::vector<float> buf;
-      float part[kTileRows];
       for (int64_t t = c.begin; t < c.end; ++t) {
         const int64_t r0 = t * kTileRows;
         const int64_t rows = std::min(kTileRows, out_ - r0);
@@ -35,15 +34,11 @@ class DenseLinear final : public Linear {
           row_to_f32(w_.dtype(), base + r0 * row_bytes_, buf.data(), rows * in_);
           w = buf.data();
         }
-        for (int64_t i = 0; i < n; ++i) {
-          dot_rows_f32(x + i * in_, w, in_, rows, part);
-          float* yi = y + i * out_ + r0;
-          if (bias_.empty()) {
-            std::copy(part, part + rows, yi);
-          } else {
-            for (int64_t r = 0; r < rows; ++r) yi[r] = part[r] + bias_[r0 + r];
-          }
-        }
+        float* yt = y + r0;
+        gemm_tile_f32(x, n, in_, w, rows, in_, yt, out_);
+        if (!bias_.empty())
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < rows; ++r) yt[i * out_ + r] += bias_[static_cast<size_t>(r0 + r)];
       }
     });
   }

@@ -333,6 +333,55 @@ __attribute__((target("avx512f"))) void dot4_avx512(const float* x, const float*
   y[3] = hsum512(s3);
 }
 
+// 4 tokens x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds.
+__attribute__((target("avx512f"))) void gemm4x4_avx512(const float* x, int64_t xs, const float* w, int64_t k,
+                                                        float* y, int64_t ys) {
+  __m512 acc[4][4];
+  for (auto& r : acc)
+    for (auto& a : r) a = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m512 wv[4], xv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = _mm512_loadu_ps(w + r * k + i);
+    for (int t = 0; t < 4; ++t) xv[t] = _mm512_loadu_ps(x + t * xs + i);
+    for (int t = 0; t < 4; ++t)
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv[t], wv[r], acc[t][r]);
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 wv[4], xv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * k + i);
+    for (int t = 0; t < 4; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+    for (int t = 0; t < 4; ++t)
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv[t], wv[r], acc[t][r]);
+  }
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
+}
+
+// 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds.
+__attribute__((target("avx2,fma"))) void gemm2x4_avx2(const float* x, int64_t xs, const float* w, int64_t k,
+                                                      float* y, int64_t ys) {
+  __m256 acc[2][4];
+  for (auto& r : acc)
+    for (auto& a : r) a = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 wv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = _mm256_loadu_ps(w + r * k + i);
+    for (int t = 0; t < 2; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * xs + i);
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+    }
+  }
+  for (int t = 0; t < 2; ++t)
+    for (int r = 0; r < 4; ++r) {
+      float s = hsum256(acc[t][r]);
+      for (int64_t j = i; j < k; ++j) s += x[t * xs + j] * w[r * k + j];
+      y[t * ys + r] = s;
+    }
+}
+
 __attribute__((target("avx512f"))) void f16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -362,6 +411,33 @@ void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float
     }
   }
   for (; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
+}
+
+namespace ref {
+void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, int64_t rows, int64_t k, float* y,
+                   int64_t ys) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) y[t * ys + r] = dot_f32(x + t * xs, w + r * k, k);
+}
+}  // namespace ref
+
+void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, int64_t rows, int64_t k, float* y,
+                   int64_t ys) {
+  const SimdLevel level = simd_level();
+  const int64_t tb = level == SimdLevel::Avx512 ? 4 : level == SimdLevel::Avx2 ? 2 : 0;
+  int64_t t = 0;
+  if (tb > 0) {
+    for (; t + tb <= tokens; t += tb) {
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) {
+        if (tb == 4) gemm4x4_avx512(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
+        else gemm2x4_avx2(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
+      }
+      for (; r < rows; ++r)
+        for (int64_t u = t; u < t + tb; ++u) y[u * ys + r] = dot_f32(x + u * xs, w + r * k, k);
+    }
+  }
+  for (; t < tokens; ++t) dot_rows_f32(x + t * xs, w, k, rows, y + t * ys);
 }
 
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {

@@ -30,6 +30,13 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 // once per group of rows instead of once per row.
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
 
+// y[t * y_stride + r] = dot(x + t * x_stride, w + r * k, k) for t < tokens and
+// r < rows: a block of tokens against a tile of f32 rows, register-blocked
+// (4 tokens x 4 rows with AVX-512, 2 x 4 with AVX2) so each load feeds
+// several multiply-adds.
+void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float* w, int64_t rows, int64_t k,
+                   float* y, int64_t y_stride);
+
 // out = x / rms(x) * weight  (weight may equal nullptr: no scaling)
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
 
@@ -55,6 +62,8 @@ void softmax(float* x, int64_t n);
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 double logsumexp(const float* x, int64_t n);
 double kl_divergence(const float* p_logits, double p_lse, const float* q_logits, double q_lse, int64_t n);
+void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float* w, int64_t rows, int64_t k,
+                   float* y, int64_t y_stride);
 }  // namespace ref
 
 }  // namespace qf::rt

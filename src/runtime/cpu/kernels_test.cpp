@@ -56,6 +56,25 @@ TEST_P(SimdLevels, DotRowsMatchesRowByRow) {
     }
 }
 
+TEST_P(SimdLevels, GemmTileMatchesDotProducts) {
+  for (int64_t k : {5, 16, 33, 100, 256})
+    for (int64_t tokens : {1, 2, 3, 4, 5, 9})
+      for (int64_t rows : {1, 3, 4, 7, 16}) {
+        const int64_t xs = k + 3, ys = rows + 2;
+        auto x = randn(static_cast<size_t>(tokens * xs), 10), w = randn(static_cast<size_t>(rows * k), 11);
+        std::vector<float> y(static_cast<size_t>(tokens * ys), -7.f), want = y;
+        gemm_tile_f32(x.data(), tokens, xs, w.data(), rows, k, y.data(), ys);
+        ref::gemm_tile_f32(x.data(), tokens, xs, w.data(), rows, k, want.data(), ys);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t r = 0; r < ys; ++r) {
+            double mag = 0;
+            for (int64_t i = 0; i < k && r < rows; ++i) mag += std::fabs(x[t * xs + i] * w[r * k + i]);
+            EXPECT_NEAR(y[t * ys + r], want[t * ys + r], 1e-5 * mag + 1e-6)
+                << "k=" << k << " tokens=" << tokens << " rows=" << rows << " at " << t << "," << r;
+          }
+      }
+}
+
 TEST_P(SimdLevels, RowConversionIsExact) {
   for (int64_t n : kLengths) {
     auto v = randn(static_cast<size_t>(n), 5, 100.f);
