@@ -19,6 +19,16 @@ namespace fs = std::filesystem;
 
 static std::string errno_text() { return std::strerror(errno); }
 
+// ".NAME.tmp.PID.RAND" in `dir`: a hidden temporary beside the final name.
+// Built with append(): GCC 12's -Wrestrict misfires on chained operator+.
+static fs::path temp_sibling(const fs::path& dir, const fs::path& final_path, unsigned random) {
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), random);
+  std::string name = ".";
+  name.append(final_path.filename().string()).append(suffix);
+  return dir / name;
+}
+
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -70,12 +80,7 @@ AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
   if (dir.empty()) dir = ".";
   std::random_device rd;
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    char suffix[32];
-    std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), rd());
-    std::string name = ".";
-    name += final_.filename().string();
-    name += suffix;
-    temp_ = dir / name;
+    temp_ = temp_sibling(dir, final_, rd());
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) break;
   }
@@ -136,12 +141,7 @@ StagingDir::StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
   if (!fs::is_directory(dir, ec)) throw io_error(final_.string(), "the parent folder " + dir.string() + " does not exist");
   std::random_device rd;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    char suffix[32];
-    std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), rd());
-    std::string name = ".";
-    name += final_.filename().string();
-    name += suffix;
-    temp_ = dir / name;
+    temp_ = temp_sibling(dir, final_, rd());
     if (::mkdir(temp_.c_str(), 0755) == 0) return;
     if (errno != EEXIST) break;
   }
