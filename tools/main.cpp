@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   qf::cli::register_eval(app);
   qf::cli::register_bench(app);
   qf::cli::register_imatrix(app);
+  qf::cli::register_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

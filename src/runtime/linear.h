@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "quantizers/quant_scheme.h"
 
 namespace qf::rt {
 
@@ -38,6 +39,9 @@ class Linear {
   // A short description of the stored form: "f16", "bf16", "q4_K", ...
   virtual std::string format() const = 0;
 
+  // The bias (out_features values), empty when there is none.
+  virtual std::vector<float> bias_values() const = 0;
+
  protected:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
   int64_t in_, out_;
@@ -56,5 +60,11 @@ std::unique_ptr<Linear> make_dense_linear(const Tensor& weight, const Tensor* bi
 std::unique_ptr<Linear> make_block_linear(uint32_t ggml_type, const void* data, int64_t rows, int64_t cols,
                                           std::shared_ptr<const void> owner, const Tensor* bias,
                                           const std::string& name);
+
+// Integer groups (the canonical QuantizedTensor of quantizers/quant_scheme.h)
+// kept packed at `bits` per weight; rows are decoded a tile at a time inside
+// the kernel. Used for compressed-tensors pack-quantized and GPTQ checkpoints
+// and for the layers a quantizer has just produced.
+std::unique_ptr<Linear> make_packed_linear(const QuantizedTensor& q, const Tensor* bias, const std::string& name);
 
 }  // namespace qf::rt

@@ -47,6 +47,7 @@ class BlockLinear final : public Linear {
     kquants::dequantize_row(type_, data_ + static_cast<size_t>(r) * row_bytes_, out, in_);
   }
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(row_bytes_) * static_cast<uint64_t>(out_); }
+  std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return ggml_type_info(type_)->name; }
 
  private:

@@ -48,6 +48,7 @@ class DenseLinear final : public Linear {
   }
 
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(w_.nbytes()); }
+  std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return dtype_name(w_.dtype()); }
 
  private:

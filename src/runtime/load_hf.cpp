@@ -4,7 +4,10 @@
 #include "core/error.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
+#include "formats/export/compressed_tensors.h"
+#include "formats/export/gptq_format.h"
 #include "formats/safetensors.h"
+#include "recipe/recipe.h"
 #include "runtime/model.h"
 
 namespace qf::rt {
@@ -17,12 +20,43 @@ struct HfReader {
     if (!ck->contains(name)) throw not_found(ck->files().front().path().parent_path().string(), "tensor '" + name + "' is missing");
     return ck->tensor(name);
   }
+  nlohmann::json qcfg;   // quantization_config, when the checkpoint is quantized
+  std::string method;    // "compressed-tensors", "gptq" or ""
+
   std::shared_ptr<Linear> linear(const std::string& prefix, bool bias) const {
-    Tensor w = get(prefix + ".weight");
     std::optional<Tensor> b;
     if (bias) b = get(prefix + ".bias");
+    if (method == "compressed-tensors" && ck->contains(prefix + ".weight_packed")) {
+      return make_packed_linear(read_compressed_tensors_linear(*ck, prefix, group_args(prefix)), b ? &*b : nullptr, prefix);
+    }
+    if (method == "gptq" && ck->contains(prefix + ".qweight"))
+      return make_packed_linear(read_gptq_linear(*ck, prefix, qcfg), b ? &*b : nullptr, prefix);
+    Tensor w = get(prefix + ".weight");
     return make_dense_linear(w, b ? &*b : nullptr, prefix + ".weight");
   }
+
+  // The weights args of the config group that claims the module, with
+  // compressed-tensors' precedence: an exact module name, then a "re:"
+  // pattern, then a class name.
+  nlohmann::json group_args(const std::string& module) const {
+    if (!qcfg.contains("config_groups") || !qcfg["config_groups"].is_object())
+      throw invalid_input(module, "quantization_config has no config_groups");
+    const nlohmann::json* best = nullptr;
+    int best_rank = 0;
+    for (const auto& [name, g] : qcfg["config_groups"].items()) {
+      if (!g.is_object() || !g.contains("weights")) continue;
+      for (const auto& t : g.value("targets", nlohmann::json::array())) {
+        if (!t.is_string()) continue;
+        const std::string target = t.get<std::string>();
+        if (!recipe_matches(target, module)) continue;
+        const int rank = target == module ? 3 : target.rfind("re:", 0) == 0 ? 2 : 1;
+        if (rank > best_rank) best = &g["weights"], best_rank = rank;
+      }
+    }
+    if (!best) throw invalid_input(module, "no config group of quantization_config targets this module");
+    return *best;
+  }
+
   std::vector<float> vec(const std::string& name) const {
     Tensor t = get(name);
     if (!dtype_is_float(t.dtype()) || t.ndim() != 1)
@@ -36,10 +70,17 @@ struct HfReader {
 
 std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
   ModelConfig c = load_model_config(dir);
-  if (c.quantization_config)
-    throw unsupported(dir.string(), "config.json has a quantization_config; this runtime path reads float checkpoints");
+  std::string method;
+  if (c.quantization_config) {
+    method = c.quantization_config->value("quant_method", "");
+    const std::string fmt = c.quantization_config->value("format", "");
+    if (method == "compressed-tensors" && fmt != "pack-quantized")
+      throw unsupported(dir.string(), "compressed-tensors format '" + fmt + "' is not supported by the runtime yet (pack-quantized is)");
+    if (method != "compressed-tensors" && method != "gptq")
+      throw unsupported(dir.string(), "quant_method '" + method + "' is not supported by the runtime (compressed-tensors, gptq)");
+  }
   if (c.is_moe()) throw unsupported(dir.string(), "mixture-of-experts models are not supported by the runtime yet");
-  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir))};
+  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir)), c.quantization_config.value_or(nlohmann::json()), method};
   const bool qkv_bias = c.model_type == "qwen2" || c.attention_bias;
   const bool o_bias = c.model_type != "qwen2" && c.attention_bias;
   ModelWeights w;

@@ -169,12 +169,9 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
   });
 }
 
-void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
-                    LinearObserver* obs) const {
+void Model::check_batch(const Batch& b, KvCache& cache) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(b.size());
-  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t t = 0; t < n; ++t) {
     const int32_t tok = b.tokens[static_cast<size_t>(t)];
     if (tok < 0 || tok >= c.vocab_size)
@@ -186,59 +183,82 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
                                          std::to_string(c.max_position_embeddings));
   }
   for (int64_t t = 0; t < n; ++t) cache.reserve(b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)] + 1);
+}
 
-  std::vector<float> x(static_cast<size_t>(n * h)), xn(x.size());
-  std::vector<float> q(static_cast<size_t>(n * qd)), k(static_cast<size_t>(n * kvd)), v(k.size());
-  std::vector<float> att(q.size()), g(static_cast<size_t>(n * ff)), u(g.size());
-  for (int64_t t = 0; t < n; ++t) w_.embed->decode_row(b.tokens[static_cast<size_t>(t)], x.data() + t * h);
+void Model::embed(const Batch& b, float* x) const {
+  const int64_t h = config_.hidden_size;
+  for (size_t t = 0; t < b.size(); ++t) w_.embed->decode_row(b.tokens[t], x + static_cast<int64_t>(t) * h);
+}
 
-  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
-    const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
-    for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.attn_norm.data(), eps, h, xn.data() + t * h);
-    if (obs) {
-      for (auto slot : {LinearObserver::Q, LinearObserver::K, LinearObserver::V}) obs->observe(li, slot, xn.data(), n, h);
-    }
-    L.q->forward(xn.data(), n, q.data(), pool);
-    L.k->forward(xn.data(), n, k.data(), pool);
-    L.v->forward(xn.data(), n, v.data(), pool);
-    if (!L.q_norm.empty()) {
-      for (int64_t r = 0; r < n * c.num_attention_heads; ++r)
-        rms_norm(q.data() + r * hd, L.q_norm.data(), eps, hd, q.data() + r * hd);
-      for (int64_t r = 0; r < n * c.num_key_value_heads; ++r)
-        rms_norm(k.data() + r * hd, L.k_norm.data(), eps, hd, k.data() + r * hd);
-    }
-    rope(b, q.data(), c.num_attention_heads);
-    rope(b, k.data(), c.num_key_value_heads);
-    for (int64_t t = 0; t < n; ++t)
-      cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd,
-                  v.data() + t * kvd);
-    attention(li, b, q.data(), cache, att.data(), pool);
-    if (obs) obs->observe(li, LinearObserver::O, att.data(), n, qd);
-    L.o->forward(att.data(), n, xn.data(), pool);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
-
-    for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, L.ffn_norm.data(), eps, h, xn.data() + t * h);
-    if (obs) {
-      obs->observe(li, LinearObserver::Gate, xn.data(), n, h);
-      obs->observe(li, LinearObserver::Up, xn.data(), n, h);
-    }
-    L.gate->forward(xn.data(), n, g.data(), pool);
-    L.up->forward(xn.data(), n, u.data(), pool);
-    for (int64_t t = 0; t < n; ++t) swiglu(g.data() + t * ff, u.data() + t * ff, ff);
-    if (obs) obs->observe(li, LinearObserver::Down, g.data(), n, ff);
-    L.down->forward(g.data(), n, xn.data(), pool);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
+void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, ThreadPool& pool,
+                          LinearObserver* obs) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(b.size());
+  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  thread_local std::vector<float> xn, q, k, v, att, g, u;
+  xn.resize(static_cast<size_t>(n * h));
+  q.resize(static_cast<size_t>(n * qd)), k.resize(static_cast<size_t>(n * kvd)), v.resize(k.size());
+  att.resize(q.size()), g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.attn_norm.data(), eps, h, xn.data() + t * h);
+  if (obs) {
+    for (auto slot : {LinearObserver::Q, LinearObserver::K, LinearObserver::V}) obs->observe(li, slot, xn.data(), n, h);
   }
+  L.q->forward(xn.data(), n, q.data(), pool);
+  L.k->forward(xn.data(), n, k.data(), pool);
+  L.v->forward(xn.data(), n, v.data(), pool);
+  if (!L.q_norm.empty()) {
+    for (int64_t r = 0; r < n * c.num_attention_heads; ++r)
+      rms_norm(q.data() + r * hd, L.q_norm.data(), eps, hd, q.data() + r * hd);
+    for (int64_t r = 0; r < n * c.num_key_value_heads; ++r)
+      rms_norm(k.data() + r * hd, L.k_norm.data(), eps, hd, k.data() + r * hd);
+  }
+  rope(b, q.data(), c.num_attention_heads);
+  rope(b, k.data(), c.num_key_value_heads);
+  for (int64_t t = 0; t < n; ++t)
+    cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd, v.data() + t * kvd);
+  attention(li, b, q.data(), cache, att.data(), pool);
+  if (obs) obs->observe(li, LinearObserver::O, att.data(), n, qd);
+  L.o->forward(att.data(), n, xn.data(), pool);
+  for (int64_t i = 0; i < n * h; ++i) x[i] += xn[static_cast<size_t>(i)];
 
+  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.ffn_norm.data(), eps, h, xn.data() + t * h);
+  if (obs) {
+    obs->observe(li, LinearObserver::Gate, xn.data(), n, h);
+    obs->observe(li, LinearObserver::Up, xn.data(), n, h);
+  }
+  L.gate->forward(xn.data(), n, g.data(), pool);
+  L.up->forward(xn.data(), n, u.data(), pool);
+  for (int64_t t = 0; t < n; ++t) swiglu(g.data() + t * ff, u.data() + t * ff, ff);
+  if (obs) obs->observe(li, LinearObserver::Down, g.data(), n, ff);
+  L.down->forward(g.data(), n, xn.data(), pool);
+  for (int64_t i = 0; i < n * h; ++i) x[i] += xn[static_cast<size_t>(i)];
+}
+
+void Model::head(const Batch& b, const float* x, std::vector<float>& logits, ThreadPool& pool,
+                 LinearObserver* obs) const {
+  const int64_t n = static_cast<int64_t>(b.size()), h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> xn(static_cast<size_t>(n * h));
   int64_t m = 0;
   for (int64_t t = 0; t < n; ++t) {
     if (!b.want_logits[static_cast<size_t>(t)]) continue;
-    rms_norm(x.data() + t * h, w_.final_norm.data(), eps, h, xn.data() + m * h);
+    rms_norm(x + t * h, w_.final_norm.data(), eps, h, xn.data() + m * h);
     ++m;
   }
-  logits.resize(static_cast<size_t>(m * c.vocab_size));
+  logits.resize(static_cast<size_t>(m * config_.vocab_size));
   if (m > 0 && obs) obs->observe(-1, LinearObserver::LmHead, xn.data(), m, h);
   if (m > 0) w_.lm_head->forward(xn.data(), m, logits.data(), pool);
+}
+
+void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
+                    LinearObserver* obs) const {
+  check_batch(b, cache);
+  std::vector<float> x(b.size() * static_cast<size_t>(config_.hidden_size));
+  embed(b, x.data());
+  for (int64_t li = 0; li < config_.num_hidden_layers; ++li) forward_layer(li, b, x.data(), cache, pool, obs);
+  head(b, x.data(), logits, pool, obs);
 }
 
 uint64_t Model::bytes_per_token() const {

@@ -83,6 +83,22 @@ class Model {
   void forward(const Batch& batch, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
                LinearObserver* observer = nullptr) const;
 
+  // The pieces of forward(), for layer-by-layer calibration: check_batch
+  // validates tokens and positions and reserves cache blocks; embed writes
+  // [tokens, hidden]; forward_layer runs decoder layer li in place on x (its
+  // K/V go to `cache`); head applies the final norm and lm_head to the tokens
+  // that want logits.
+  void check_batch(const Batch& batch, KvCache& cache) const;
+  void embed(const Batch& batch, float* x) const;
+  void forward_layer(int64_t layer, const Batch& batch, float* x, KvCache& cache, ThreadPool& pool,
+                     LinearObserver* observer = nullptr) const;
+  void head(const Batch& batch, const float* x, std::vector<float>& logits, ThreadPool& pool,
+            LinearObserver* observer = nullptr) const;
+
+  // The weights, for quantizers that replace a layer's Linears in place.
+  const ModelWeights& weights() const { return w_; }
+  LayerWeights& mutable_layer(int64_t layer) { return w_.layers.at(static_cast<size_t>(layer)); }
+
   // Weight bytes read to produce one token: every Linear, the norms and one
   // embedding row.
   uint64_t bytes_per_token() const;

@@ -29,7 +29,7 @@ HF_HUB_CACHE="$WORK/hub" "$QF" inspect acme/tiny-llama --json >"$WORK/cache.json
 $PY -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['source']['repo_id']=='acme/tiny-llama' and j['dtypes']=={'bf16':106816}" "$WORK/cache.json" \
   && ok "ORG/NAME through HF_HUB_CACHE" || fail "ORG/NAME lookup"
 snap=$(ls -d "$WORK"/hub/models--acme--tiny-llama/snapshots/*)
-"$QF" inspect "$snap" | grep -q "acme/tiny-llama" && ok "snapshot folder" || fail "snapshot folder"
+"$QF" inspect "$snap" >"$WORK/snap.txt" && grep -q "acme/tiny-llama" "$WORK/snap.txt" && ok "snapshot folder" || fail "snapshot folder"
 
 # Errors: one line naming the file and the problem, documented exit codes.
 cp -r "$WORK/sharded" "$WORK/bad"

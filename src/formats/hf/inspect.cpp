@@ -123,6 +123,40 @@ json inspect_model(const std::string& model, const std::string& revision) {
           {"quantization_config", cfg.quantization_config ? *cfg.quantization_config : json(nullptr)}};
 }
 
+// "compressed-tensors pack-quantized: group_0 int4 sym g128 -> Linear; ignore lm_head",
+// "gptq: int4 sym g128, desc_act", or the raw JSON for other methods.
+static std::string quantization_summary(const json& q) {
+  auto scheme = [](int64_t bits, bool sym, const json& group, const std::string& strategy) {
+    std::string s = "int" + std::to_string(bits) + (sym ? " sym " : " asym ");
+    if (strategy == "group" && group.is_number()) return s + "g" + std::to_string(group.get<int64_t>());
+    return s + strategy;
+  };
+  try {
+    const std::string method = q.value("quant_method", "");
+    if (method == "compressed-tensors") {
+      std::string out = "compressed-tensors " + q.value("format", std::string("?")) + ":";
+      for (const auto& [name, g] : q.at("config_groups").items()) {
+        const json& w = g.at("weights");
+        out += " " + name + " " +
+               scheme(w.value("num_bits", 8), w.value("symmetric", true), w.value("group_size", json()), w.value("strategy", "?"));
+        if (w.contains("actorder") && w["actorder"].is_string()) out += " actorder " + w["actorder"].get<std::string>();
+        out += " -> " + g.value("targets", json::array()).dump() + ";";
+      }
+      std::string ign;
+      for (const auto& i : q.value("ignore", json::array())) ign += (ign.empty() ? "" : ", ") + i.get<std::string>();
+      return out + " ignore " + (ign.empty() ? "nothing" : ign);
+    }
+    if (method == "gptq") {
+      const int64_t g = q.value("group_size", int64_t{-1});
+      return "gptq (" + q.value("checkpoint_format", std::string("gptq")) + "): " +
+             scheme(q.value("bits", 4), q.value("sym", true), g > 0 ? json(g) : json(), g > 0 ? "group" : "channel") +
+             (q.value("desc_act", false) ? ", desc_act" : "");
+    }
+  } catch (const json::exception&) {
+  }
+  return q.dump();
+}
+
 std::string format_inspect_report(const json& info) {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
@@ -156,7 +190,7 @@ std::string format_inspect_report(const json& info) {
   std::string tok;
   for (const auto& t : info["tokenizer_files"]) tok += (tok.empty() ? "" : ", ") + t.get<std::string>();
   line("tokenizer:    " + (tok.empty() ? std::string("none found") : tok));
-  line("quantization: " + (info["quantization_config"].is_null() ? std::string("none") : info["quantization_config"].dump()));
+  line("quantization: " + (info["quantization_config"].is_null() ? std::string("none") : quantization_summary(info["quantization_config"])));
   line("");
   auto table = [&](const std::string& title, const json& tensors) {
     line(title);

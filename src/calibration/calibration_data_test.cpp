@@ -1,0 +1,84 @@
+#include "calibration/calibration_data.h"
+
+#include <gtest/gtest.h>
+
+#include "calibration/activation_store.h"
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+using namespace qf::test;
+
+std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
+
+TEST(CalibrationData, TextWindowsAreSeededAndStartWithBos) {
+  auto tok = load_tokenizer(fixture());
+  CalibrationOptions o;
+  o.num_samples = 8;
+  o.seq_len = 64;
+  o.seed = 3;
+  const auto path = source_dir() / "tests/data/text/calibration.txt";
+  const auto a = load_calibration(path, *tok, o), b = load_calibration(path, *tok, o);
+  ASSERT_EQ(a.size(), 8u);
+  EXPECT_EQ(a, b);
+  for (const auto& s : a) {
+    EXPECT_EQ(s.size(), 64u);
+    EXPECT_EQ(s[0], tok->bos_id());
+  }
+  o.seed = 4;
+  EXPECT_NE(load_calibration(path, *tok, o), a);
+}
+
+TEST(CalibrationData, JsonlRecordsAndErrors) {
+  auto tok = load_tokenizer(fixture());
+  TempDir t;
+  write_file(t.path() / "d.jsonl", "{\"text\": \"The President said that\"}\n\n{\"text\": \"a\", \"id\": 2}\n{\"body\": \"x\", \"text\": \"Moby Dick is a whale of a book about a whale\"}\n");
+  CalibrationOptions o;
+  o.num_samples = 10;
+  o.seq_len = 6;
+  const auto s = load_calibration(t.path() / "d.jsonl", *tok, o);
+  ASSERT_EQ(s.size(), 3u);
+  for (const auto& x : s) {
+    EXPECT_LE(x.size(), 6u);
+    EXPECT_EQ(x[0], tok->bos_id());
+  }
+  o.text_field = "content";
+  EXPECT_QF_ERROR(load_calibration(t.path() / "d.jsonl", *tok, o), ErrorKind::InvalidInput, "d.jsonl:1: no string field 'content'");
+  write_file(t.path() / "bad.jsonl", "{\"text\": \"ok\"}\n{not json\n");
+  o.text_field = "text";
+  EXPECT_QF_ERROR(load_calibration(t.path() / "bad.jsonl", *tok, o), ErrorKind::InvalidInput, "bad.jsonl:2: not valid JSON");
+  write_file(t.path() / "short.txt", "too short");
+  o.seq_len = 512;
+  EXPECT_QF_ERROR(load_calibration(t.path() / "short.txt", *tok, o), ErrorKind::InvalidInput, "fewer than one sample of 512");
+}
+
+TEST(ActivationStore, SpillsBeyondTheBudgetAndReadsBackExactly) {
+  std::vector<size_t> sizes = {1000, 10, 5000};
+  ActivationStore mem(sizes, 0), disk(sizes, 4000);
+  EXPECT_FALSE(mem.spilled());
+  EXPECT_TRUE(disk.spilled());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<float> x(sizes[i]);
+    for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(j % 17) * 0.25f - static_cast<float>(i);
+    mem.store(i, x);
+    disk.store(i, x);
+    EXPECT_EQ(disk.load(i), x);
+    EXPECT_EQ(mem.load(i), x);
+  }
+  EXPECT_GT(disk.bytes_on_disk(), 0u);
+  EXPECT_LT(disk.bytes_on_disk(), 6010u * 4);  // compressed
+}
+
+TEST(ActivationStore, ParsesMemorySizes) {
+  EXPECT_EQ(parse_memory_size("512M", "--max-memory"), 512ull << 20);
+  EXPECT_EQ(parse_memory_size("8G", "--max-memory"), 8ull << 30);
+  EXPECT_EQ(parse_memory_size("1.5GiB", "--max-memory"), 3ull << 29);
+  EXPECT_EQ(parse_memory_size("1000", "--max-memory"), 1000u);
+  EXPECT_QF_ERROR(parse_memory_size("lots", "--max-memory"), ErrorKind::Usage, "--max-memory must be a size");
+  EXPECT_QF_ERROR(parse_memory_size("-1G", "--max-memory"), ErrorKind::Usage, "--max-memory");
+  EXPECT_QF_ERROR(parse_memory_size("5X", "--max-memory"), ErrorKind::Usage, "--max-memory");
+}
+
+}  // namespace
+}  // namespace qf

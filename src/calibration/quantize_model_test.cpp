@@ -1,0 +1,94 @@
+// quantize on the bundled fixture: GPTQ against RTN by KL divergence from the
+// f16 model, both export formats through the runtime, determinism, failures.
+#include "calibration/quantize_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/io.h"
+#include "eval/perplexity.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/model.h"
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+using namespace qf::test;
+
+std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
+std::filesystem::path recipe(const std::string& name) { return source_dir() / "tests" / "data" / "recipes" / (name + ".yaml"); }
+std::filesystem::path calib() { return source_dir() / "tests" / "data" / "text" / "calibration.txt"; }
+
+class Quantize : public ::testing::Test {
+ protected:
+  static TempDir& dir() {
+    static TempDir d;
+    return d;
+  }
+  static std::filesystem::path run(const std::string& name, int threads = 0) {
+    const auto out = dir().path() / (name + "-t" + std::to_string(threads));
+    if (!std::filesystem::exists(out)) {
+      ThreadPool pool(threads);
+      quantize_model({fixture().string(), recipe(name), out, calib()}, threads ? pool : ThreadPool::global(),
+                     [](const std::string&) {});
+    }
+    return out;
+  }
+  static eval::EvalResult compare(const std::filesystem::path& model) {
+    static auto base = rt::load_model(fixture().string());
+    static auto tok = load_tokenizer(fixture());
+    auto m = rt::load_model(model.string());
+    eval::PplOptions o;
+    o.max_spans = 10;
+    const auto spans = eval::make_spans(*tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
+    return eval::evaluate(*m, base.get(), spans, o, ThreadPool::global());
+  }
+};
+
+TEST_F(Quantize, GptqHasSmallerKlThanRtnAtFourBits) {
+  const auto gptq = compare(run("w4-gptq")), rtn = compare(run("w4-rtn"));
+  std::printf("W4 g128: GPTQ KLD %.6f ppl %.4f | RTN KLD %.6f ppl %.4f\n", gptq.kld_mean, gptq.ppl, rtn.kld_mean, rtn.ppl);
+  EXPECT_LT(gptq.kld_mean, 0.8 * rtn.kld_mean);
+}
+
+TEST_F(Quantize, GptqHasMuchSmallerKlAndDeltaAtThreeBits) {
+  const auto gptq = compare(run("w3-gptq")), rtn = compare(run("w3-rtn"));
+  std::printf("W3 g128: GPTQ KLD %.6f delta %+.4f | RTN KLD %.6f delta %+.4f\n", gptq.kld_mean, gptq.ppl_delta,
+              rtn.kld_mean, rtn.ppl_delta);
+  EXPECT_LT(gptq.kld_mean, 0.7 * rtn.kld_mean);
+  EXPECT_LT(gptq.ppl_delta, 0.7 * rtn.ppl_delta);
+}
+
+TEST_F(Quantize, GptqCheckpointFormatRunsLikeCompressedTensors) {
+  const auto ct = compare(run("w4-gptq")), g = compare(run("w4-gptq-gptqfmt"));
+  EXPECT_TRUE(std::filesystem::exists(run("w4-gptq-gptqfmt") / "quantize_config.json"));
+  // Same algorithm and data; the GPTQ format writes f16 scales too.
+  EXPECT_NEAR(g.kld_mean, ct.kld_mean, 0.2 * ct.kld_mean);
+}
+
+TEST_F(Quantize, OutputBytesDoNotDependOnThreadCount) {
+  const std::string a = read_text_file(run("w4-gptq", 1) / "model.safetensors");
+  const std::string b = read_text_file(run("w4-gptq", 2) / "model.safetensors");
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a == b);
+  EXPECT_TRUE(std::filesystem::exists(run("w4-gptq", 2) / "quantforge_manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(run("w4-gptq", 2) / "recipe.yaml"));
+}
+
+TEST_F(Quantize, FailuresLeaveNothingUnderTheOutputName) {
+  TempDir t;
+  EXPECT_QF_ERROR(quantize_model({fixture().string(), recipe("bad-group"), t.path() / "out", calib()}, ThreadPool::global(),
+                                 [](const std::string&) {}),
+                  ErrorKind::InvalidInput, "bad-group.yaml:7:9: group_size 96 does not divide the 256 input columns");
+  EXPECT_QF_ERROR(quantize_model({fixture().string(), recipe("w4-gptq"), t.path() / "out", t.path() / "missing.txt"},
+                                 ThreadPool::global(), [](const std::string&) {}),
+                  ErrorKind::NotFound, "missing.txt");
+  size_t entries = 0;
+  for (auto& e : std::filesystem::directory_iterator(t.path())) entries += (void(e), 1);
+  EXPECT_EQ(entries, 0u);
+}
+
+}  // namespace
+}  // namespace qf

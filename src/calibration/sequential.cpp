@@ -1,0 +1,131 @@
+#include "calibration/sequential.h"
+
+#include <chrono>
+
+#include "calibration/activation_store.h"
+#include "core/error.h"
+
+namespace qf {
+namespace {
+
+// Accumulates the Hessians of one layer's Linear inputs.
+class HessianObserver final : public rt::LinearObserver {
+ public:
+  HessianObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool)
+      : attn(hidden), o(q_dim), mlp(hidden), down(ffn), pool_(pool) {}
+  void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
+    switch (slot) {
+      case Q: attn.add(x, n, in, pool_); break;
+      case O: o.add(x, n, in, pool_); break;
+      case Gate: mlp.add(x, n, in, pool_); break;
+      case Down: down.add(x, n, in, pool_); break;
+      default: break;  // K, V share Q's input; Up shares Gate's
+    }
+  }
+  HessianAccumulator attn, o, mlp, down;
+
+ private:
+  ThreadPool& pool_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples,
+               ActivationStore& hidden, ThreadPool& pool, rt::LinearObserver* obs, bool write_back) {
+  for (size_t s = 0; s < samples.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(samples[s].size());
+    rt::KvCache cache = model.make_cache(rt::KvDType::F16, n);
+    rt::Batch b;
+    const int32_t seq = cache.add_sequence();
+    for (int64_t j = 0; j < n; ++j) b.add(samples[s][static_cast<size_t>(j)], seq, j, false);
+    cache.reserve(seq, n);
+    std::vector<float> x = hidden.load(s);
+    model.forward_layer(li, b, x.data(), cache, pool, obs);
+    if (write_back) hidden.store(s, x);
+  }
+}
+
+}  // namespace
+
+void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& samples,
+                    const QuantizeFn& quantize, ThreadPool& pool, const LayerDoneFn& layer_done,
+                                            const SequentialOptions& opts) {
+  const ModelConfig& c = model.config();
+  if (samples.empty()) throw invalid_input("calibration", "no calibration samples");
+  std::vector<size_t> sizes;
+  for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
+  ActivationStore hidden(sizes, opts.max_memory_bytes);
+  for (size_t s = 0; s < samples.size(); ++s) {
+    rt::Batch b;
+    rt::KvCache cache = model.make_cache(rt::KvDType::F16, static_cast<int64_t>(samples[s].size()));
+    const int32_t seq = cache.add_sequence();
+    for (size_t j = 0; j < samples[s].size(); ++j) b.add(samples[s][j], seq, static_cast<int64_t>(j), false);
+    model.check_batch(b, cache);
+    std::vector<float> x(sizes[s]);
+    model.embed(b, x.data());
+    hidden.store(s, x);
+  }
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
+    std::unique_ptr<HessianObserver> obs_ptr;
+    if (opts.hessian_weighted_error) {
+      obs_ptr = std::make_unique<HessianObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool);
+      run_layer(model, li, samples, hidden, pool, obs_ptr.get(), false);
+    }
+    HessianObserver* obsp = obs_ptr.get();
+    rt::LayerWeights& L = model.mutable_layer(li);
+    struct Slot {
+      const char* name;
+      std::shared_ptr<rt::Linear>* lin;
+      const HessianAccumulator* h;
+    };
+    const Slot slots[] = {{"self_attn.q_proj", &L.q, obsp ? &obsp->attn : nullptr},
+                          {"self_attn.k_proj", &L.k, obsp ? &obsp->attn : nullptr},
+                          {"self_attn.v_proj", &L.v, obsp ? &obsp->attn : nullptr},
+                          {"self_attn.o_proj", &L.o, obsp ? &obsp->o : nullptr},
+                          {"mlp.gate_proj", &L.gate, obsp ? &obsp->mlp : nullptr},
+                          {"mlp.up_proj", &L.up, obsp ? &obsp->mlp : nullptr},
+                          {"mlp.down_proj", &L.down, obsp ? &obsp->down : nullptr}};
+    std::vector<QuantizedLinear> done;
+    for (const Slot& sl : slots) {
+      rt::Linear& lin = **sl.lin;
+      std::vector<float> w(static_cast<size_t>(lin.out_features() * lin.in_features()));
+      for (int64_t r = 0; r < lin.out_features(); ++r) lin.decode_row(r, w.data() + r * lin.in_features());
+      LinearToQuantize in{"model.layers." + std::to_string(li) + "." + sl.name, li, &w, lin.out_features(),
+                          lin.in_features(), sl.h};
+      const auto tq = std::chrono::steady_clock::now();
+      std::optional<QuantizedLinear> q = quantize(in);
+      if (!q) continue;
+      q->seconds = seconds_since(tq);
+      // Output-error estimate weighted by the input energy of each column.
+      static const std::vector<double> kNoHessian;
+      const bool weighted = sl.h != nullptr;
+      const std::vector<double>& H = weighted ? sl.h->matrix() : kNoHessian;
+      const std::vector<float> wq = q->q.dequantize();
+      double num = 0, den = 0;
+      for (int64_t r = 0; r < in.rows; ++r)
+        for (int64_t col = 0; col < in.cols; ++col) {
+          const double d = weighted ? H[static_cast<size_t>(col * in.cols + col)] : 1.0;
+          const size_t i = static_cast<size_t>(r * in.cols + col);
+          num += (w[i] - wq[i]) * static_cast<double>(w[i] - wq[i]) * d;
+          den += static_cast<double>(w[i]) * w[i] * d;
+        }
+      q->error = den > 0 ? num / den : 0;
+      const std::vector<float> bias = lin.bias_values();
+      std::optional<Tensor> bt;
+      if (!bias.empty()) {
+        bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
+        std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
+      }
+      *sl.lin = rt::make_packed_linear(q->q, bt ? &*bt : nullptr, in.name);
+      done.push_back(std::move(*q));
+    }
+    run_layer(model, li, samples, hidden, pool, nullptr, true);
+    if (layer_done) layer_done(li, done, seconds_since(t0));
+  }
+}
+
+}  // namespace qf

@@ -1,0 +1,65 @@
+// The sequential calibration pipeline: one decoder layer at a time.
+//
+// For layer l, the hidden states entering it (one [len, hidden] array per
+// calibration sequence, produced by the already-quantized layers before it)
+// are run through the layer with an observer that accumulates the Hessian
+// H = 2/n sum x x^T of every Linear's input (q/k/v share one, as do
+// gate/up). Each Linear is then quantized by the callback, replaced in the
+// model by its packed form, and the quantized layer is run again on the same
+// inputs to produce the next layer's. Memory: the model, the hidden states of
+// the calibration set, and one layer's Hessians.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "quantizers/gptq.h"
+#include "quantizers/quant_scheme.h"
+#include "runtime/model.h"
+
+namespace qf {
+
+// What the callback gets for one Linear.
+struct LinearToQuantize {
+  std::string name;      // Hugging Face module name: model.layers.3.self_attn.q_proj
+  int64_t layer = 0;
+  const std::vector<float>* weight = nullptr;  // [rows * cols] f32
+  int64_t rows = 0, cols = 0;
+  const HessianAccumulator* hessian = nullptr;  // nullptr when run without calibration (RTN)
+};
+
+struct QuantizedLinear {
+  std::string name;
+  QuantizedTensor q;
+  double error = 0;      // relative output error estimate sum (dW^2 diag H) / sum (W^2 diag H)
+  double seconds = 0;
+  std::string note;      // e.g. a GPTQ fallback
+};
+
+// Returns the quantized form, or nullopt to leave the Linear as it is.
+using QuantizeFn = std::function<std::optional<QuantizedLinear>(const LinearToQuantize&)>;
+// Called after each layer with the layer index, its quantized Linears (to be
+// exported now: the pipeline keeps nothing of them) and the layer's wall time.
+using LayerDoneFn = std::function<void(int64_t, std::vector<QuantizedLinear>&, double)>;
+
+struct SequentialOptions {
+  // Collect Hessians (and weight the reported error by diag(H), the input
+  // energy of each column); false: no capture pass, no Hessians, plain
+  // relative weight error (for methods run without calibration, RTN).
+  bool hessian_weighted_error = true;
+  // Bytes the inter-layer hidden states may take in memory (0: no limit);
+  // beyond it they are spilled to disk, zstd-compressed (ActivationStore).
+  uint64_t max_memory_bytes = 0;
+};
+
+// Quantizes `model` in place (its Linears become packed), handing each layer's
+// quantized Linears to layer_done.
+void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& samples,
+                    const QuantizeFn& quantize, ThreadPool& pool, const LayerDoneFn& layer_done = {},
+                    const SequentialOptions& opts = {});
+
+}  // namespace qf

@@ -1,0 +1,383 @@
+#include "quantizers/gptq.h"
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace qf {
+
+namespace {
+
+using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Stride = Eigen::OuterStride<>;
+
+constexpr int64_t kHessianColGrain = 64;  // columns of H per task
+constexpr int64_t kRowGrain = 16;         // weight rows per GPTQ task
+
+std::string fmt_double(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Hinv, the upper Cholesky factor of H^-1 (what the reference gets from
+// cholesky -> cholesky_inverse -> cholesky(upper=True)), computed without
+// forming H^-1: with J the reversal permutation and J H J = L L^T (Cholesky),
+// H = M M^T with M = J L J upper triangular, so H^-1 = M^-T M^-1 and, by
+// uniqueness of the Cholesky factor, Hinv = M^-1 = J L^-1 J. One Cholesky and
+// one triangular inverse (~2n^3/3 flops instead of ~8n^3/3), the inverse
+// split into fixed column chunks on the pool (deterministic).
+// On entry A is the damped H; on success A's buffer read row-major holds Hinv:
+// Hinv[i, j] = A.data()[i * n + j] for j >= i (entries below the diagonal are 0).
+bool inverse_cholesky_upper(Eigen::MatrixXd& A, ThreadPool& pool) {
+  const Eigen::Index n = A.rows();
+  A.reverseInPlace();  // J H J
+  {
+    Eigen::LLT<Eigen::Ref<Eigen::MatrixXd>> llt(A);  // A's lower triangle := L
+    if (llt.info() != Eigen::Success) return false;
+  }
+  for (Eigen::Index i = 0; i < n; ++i)
+    if (!(A(i, i) > 0.0) || !std::isfinite(A(i, i))) return false;
+  // B = L^-1, lower: column block [c0, c1) only has rows >= c0.
+  Eigen::MatrixXd B = Eigen::MatrixXd::Zero(n, n);
+  pool.parallel_for(n, 64, [&](const Chunk& ch) {
+    const Eigen::Index c0 = ch.begin, w = ch.end - ch.begin;
+    auto blk = B.block(c0, c0, n - c0, w);
+    blk.topRows(w).setIdentity();
+    A.bottomRightCorner(n - c0, n - c0).triangularView<Eigen::Lower>().solveInPlace(blk);
+  });
+  // Hinv[i, j] = B(n-1-i, n-1-j), stored row-major over A.
+  double* u = A.data();
+  for (Eigen::Index i = 0; i < n; ++i) {
+    double* row = u + i * n;
+    for (Eigen::Index j = 0; j < i; ++j) row[j] = 0.0;
+    for (Eigen::Index j = i; j < n; ++j) {
+      const double v = B(n - 1 - i, n - 1 - j);
+      if (!std::isfinite(v)) return false;
+      row[j] = v;
+    }
+    if (!(row[i] > 0.0)) return false;
+  }
+  return true;
+}
+
+double rtn_loss(const float* w, const QuantizedTensor& q) {
+  std::vector<float> d = q.dequantize();
+  double loss = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double e = static_cast<double>(w[i]) - d[i];
+    loss += e * e;
+  }
+  return loss / 2;
+}
+
+}  // namespace
+
+// ---- Hessian ------------------------------------------------------------------
+
+HessianAccumulator::HessianAccumulator(int64_t cols) : cols_(cols) {
+  if (cols <= 0) throw invalid_input("hessian", "column count must be positive, got " + std::to_string(cols));
+  h_.assign(static_cast<size_t>(cols * cols), 0.0);
+}
+
+void HessianAccumulator::add(const float* x, int64_t n_rows, int64_t cols) { add_impl(x, n_rows, cols, nullptr); }
+
+void HessianAccumulator::add(const float* x, int64_t n_rows, int64_t cols, ThreadPool& pool) {
+  add_impl(x, n_rows, cols, &pool);
+}
+
+void HessianAccumulator::add_impl(const float* x, int64_t n_rows, int64_t cols, ThreadPool* pool) {
+  if (cols != cols_)
+    throw invalid_input("hessian", "activation rows have " + std::to_string(cols) + " columns, the layer has " +
+                                       std::to_string(cols_));
+  if (n_rows < 0) throw invalid_input("hessian", "negative row count");
+  for (int64_t r = 0; r < n_rows;) {
+    const int64_t take = std::min<int64_t>(n_rows - r, kChunk - static_cast<int64_t>(pending_rows_));
+    pending_.insert(pending_.end(), x + r * cols, x + (r + take) * cols);
+    pending_rows_ += static_cast<size_t>(take);
+    r += take;
+    if (static_cast<int64_t>(pending_rows_) == kChunk) flush(pool);
+  }
+}
+
+void HessianAccumulator::flush(ThreadPool* pool) const {
+  if (pending_rows_ == 0) return;
+  const int64_t m = static_cast<int64_t>(pending_rows_), n = cols_;
+  const double keep = static_cast<double>(n_) / static_cast<double>(n_ + m);
+  n_ += m;
+  const double s = std::sqrt(2.0 / static_cast<double>(n_));
+  RowMat X(m, n);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) X(r, c) = s * static_cast<double>(pending_[static_cast<size_t>(r * n + c)]);
+  pending_.clear();
+  pending_rows_ = 0;
+  // h_ is symmetric, so its row-major and column-major views agree; update
+  // column blocks [c0, c1) of H: H[:, c0:c1] = keep * H[:, c0:c1] + X^T X[:, c0:c1].
+  Eigen::Map<Eigen::MatrixXd> H(h_.data(), n, n);
+  auto task = [&](const Chunk& ch) {
+    auto blk = H.middleCols(ch.begin, ch.end - ch.begin);
+    blk *= keep;
+    blk.noalias() += X.transpose() * X.middleCols(ch.begin, ch.end - ch.begin);
+  };
+  if (pool) {
+    pool->parallel_for(n, kHessianColGrain, task);
+  } else {
+    for (const Chunk& ch : partition(n, kHessianColGrain)) task(ch);
+  }
+  // Exact symmetry (the two triangles come from different column blocks).
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = j + 1; i < n; ++i) H(j, i) = H(i, j);
+}
+
+const std::vector<double>& HessianAccumulator::matrix() const {
+  flush(nullptr);
+  return h_;
+}
+
+// ---- GPTQ ---------------------------------------------------------------------
+
+const char* actorder_name(GptqOptions::ActOrder a) {
+  switch (a) {
+    case GptqOptions::ActOrder::None: return "none";
+    case GptqOptions::ActOrder::Static: return "static";
+    case GptqOptions::ActOrder::Group: return "group";
+    case GptqOptions::ActOrder::Weight: return "weight";
+  }
+  return "?";
+}
+
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const HessianAccumulator& h,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
+  if (h.cols() != cols)
+    throw invalid_input(name, "Hessian has " + std::to_string(h.cols()) + " columns, the weight " + std::to_string(cols));
+  if (h.samples() == 0) throw invalid_input(name, "Hessian has no calibration samples");
+  return gptq_quantize(w, rows, cols, h.matrix(), scheme, opts, name);
+}
+
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
+  using AO = GptqOptions::ActOrder;
+  scheme.validate(name, cols);
+  if (rows <= 0 || cols <= 0)
+    throw invalid_input(name, "empty weight [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  if (hessian.size() != static_cast<size_t>(cols * cols))
+    throw invalid_input(name, "Hessian is not [" + std::to_string(cols) + ", " + std::to_string(cols) + "]");
+  if (opts.block_size < 1) throw invalid_input(name, "GPTQ block_size must be >= 1");
+  if (!(opts.dampening_frac >= 0.0) || !std::isfinite(opts.dampening_frac))
+    throw invalid_input(name, "GPTQ dampening_frac must be a finite value >= 0");
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (!std::isfinite(w[i])) throw invalid_input(name, "weight has non-finite values");
+
+  const bool grouped = scheme.strategy == QuantStrategy::Group;
+  const int64_t gs = grouped ? scheme.group_size : cols;
+  const bool act_order = opts.actorder == AO::Group || opts.actorder == AO::Weight;
+  const bool static_groups = grouped && (opts.actorder == AO::Static || opts.actorder == AO::Weight);
+  const bool dynamic_groups = grouped && !static_groups;
+
+  GptqResult res;
+  QuantizedTensor& out = res.q;
+  out.scheme = scheme;
+  out.rows = rows;
+  out.cols = cols;
+  out.q.assign(static_cast<size_t>(rows * cols), 0);
+  const int64_t ng = out.n_groups();
+  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * ng);
+  out.scales.assign(np, 0.0f);
+  out.zeros.assign(np, 0);
+
+  auto rtn_fallback = [&](const std::string& why) {
+    res.q = quantize_rtn(w, rows, cols, scheme, opts.observer);
+    res.loss = rtn_loss(w, res.q);
+    res.fallback = name + ": " + why + "; quantized with round-to-nearest instead of GPTQ";
+    return res;
+  };
+
+  // Hessian diagonal, dead columns.
+  std::vector<double> diag(static_cast<size_t>(cols));
+  bool finite_h = true;
+  for (int64_t i = 0; i < cols; ++i) diag[static_cast<size_t>(i)] = hessian[static_cast<size_t>(i * cols + i)];
+  for (double v : hessian)
+    if (!std::isfinite(v)) { finite_h = false; break; }
+  if (!finite_h) return rtn_fallback("the Hessian has non-finite entries");
+  std::vector<char> dead(static_cast<size_t>(cols), 0);
+  for (int64_t i = 0; i < cols; ++i)
+    if (diag[static_cast<size_t>(i)] == 0.0) {
+      dead[static_cast<size_t>(i)] = 1;
+      diag[static_cast<size_t>(i)] = 1.0;
+    }
+
+  // Channel / tensor parameters: once, on the original weight (as the references).
+  std::vector<GroupParams> fixed;  // per row (channel), one (tensor)
+  if (scheme.strategy == QuantStrategy::Tensor) {
+    fixed.push_back(fit_group(w, rows * cols, 1, scheme, opts.observer));
+    out.scales[0] = fixed[0].scale;
+    out.zeros[0] = fixed[0].zero;
+  } else if (scheme.strategy == QuantStrategy::Channel) {
+    fixed.resize(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      fixed[static_cast<size_t>(r)] = fit_group(w + r * cols, cols, 1, scheme, opts.observer);
+      out.scales[static_cast<size_t>(r)] = fixed[static_cast<size_t>(r)].scale;
+      out.zeros[static_cast<size_t>(r)] = fixed[static_cast<size_t>(r)].zero;
+    }
+  }
+
+  // Working weight in double, dead columns zeroed.
+  std::vector<double> W(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      W[static_cast<size_t>(r * cols + c)] = dead[static_cast<size_t>(c)] ? 0.0 : static_cast<double>(w[r * cols + c]);
+
+  // Static groups: fitted before the loop on the unpermuted (zeroed) weight.
+  if (static_groups) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < ng; ++g) {
+        const GroupParams p = fit_group(W.data() + r * cols + g * gs, std::min(gs, cols - g * gs), 1, scheme, opts.observer);
+        const size_t pi = static_cast<size_t>(out.param_index(r, g));
+        out.scales[pi] = p.scale;
+        out.zeros[pi] = p.zero;
+      }
+  }
+
+  // Act-order permutation (stable, descending diag).
+  std::vector<int64_t> perm(static_cast<size_t>(cols));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (act_order)
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t a, int64_t b) { return diag[static_cast<size_t>(a)] > diag[static_cast<size_t>(b)]; });
+  if (act_order) {
+    std::vector<double> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      double* wr = W.data() + r * cols;
+      for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] = wr[perm[static_cast<size_t>(j)]];
+      std::copy(row.begin(), row.end(), wr);
+    }
+  }
+
+  // Damped inverse Cholesky with the robust fallbacks.
+  double mean_diag = 0, max_diag = 0;
+  for (double v : diag) {
+    mean_diag += v;
+    max_diag = std::max(max_diag, std::fabs(v));
+  }
+  mean_diag /= static_cast<double>(cols);
+  ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::global();
+  Eigen::MatrixXd A(cols, cols);
+  bool ok = false;
+  int failures = 0;
+  double first_frac = -1, last_frac = 0, first_floor = -1, last_floor = 0, floor_used = 0;
+  const int kDampSteps = 5, kFloorSteps = 6;
+  for (int attempt = 0; attempt < kDampSteps + kFloorSteps && !ok; ++attempt) {
+    if (attempt > 0 && attempt < kDampSteps && opts.dampening_frac == 0.0) continue;  // nothing to raise
+    const double frac = opts.dampening_frac * (1 + std::min(attempt, kDampSteps - 1));
+    const double floor = attempt < kDampSteps ? 0.0 : 1e-6 * max_diag * std::pow(10.0, attempt - kDampSteps);
+    if (attempt >= kDampSteps && floor == 0.0) break;  // max|diag| == 0 cannot happen (dead -> 1), kept for safety
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t pj = static_cast<size_t>(perm[static_cast<size_t>(j)]);
+      const double* hrow = hessian.data() + pj * static_cast<size_t>(cols);  // H symmetric: row pj == column pj
+      for (int64_t i = 0; i < cols; ++i) A(i, j) = hrow[perm[static_cast<size_t>(i)]];
+      A(j, j) = diag[pj] + frac * mean_diag + floor;
+    }
+    ok = inverse_cholesky_upper(A, pool);
+    res.damp_used = frac;
+    floor_used = floor;
+    if (!ok) {
+      ++failures;
+      if (floor > 0) {
+        if (first_floor < 0) first_floor = floor;
+        last_floor = floor;
+      } else {
+        if (first_frac < 0) first_frac = frac;
+        last_frac = frac;
+      }
+    }
+  }
+  auto range = [](double a, double b) { return a == b ? fmt_double(a) : fmt_double(a) + " to " + fmt_double(b); };
+  std::string tried = "dampening " + range(first_frac, last_frac);
+  if (first_floor >= 0) tried += ", then diagonal floors " + range(first_floor, last_floor) + " on top";
+  if (!ok) {
+    A.resize(0, 0);
+    res.damp_used = 0;
+    return rtn_fallback("Cholesky of the damped Hessian failed (tried " + tried + ")");
+  }
+  if (failures > 0)
+    res.fallback = name + ": Cholesky of the damped Hessian failed (" + tried + "); succeeded with dampening " +
+                   fmt_double(res.damp_used) + (floor_used > 0 ? " + diagonal floor " + fmt_double(floor_used) : "");
+  const double* U = A.data();  // Hinv[i, j] = U[i * cols + j], j >= i
+
+  // Group index (in the output numbering) used for processing column j.
+  // dynamic: j / gs in processing order (None: identity; Group: g_idx[perm[j]] = j / gs);
+  // static: the original column's group perm[j] / gs.
+  if (grouped && opts.actorder == AO::Group) {
+    out.g_idx.resize(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) out.g_idx[static_cast<size_t>(perm[static_cast<size_t>(j)])] = static_cast<int32_t>(j / gs);
+  }
+
+  // Column loop, rows in independent fixed chunks.
+  const std::vector<Chunk> chunks = partition(rows, kRowGrain);
+  std::vector<double> chunk_loss(chunks.size(), 0.0);
+  const int64_t bs = opts.block_size;
+  pool.parallel_for(rows, kRowGrain, [&](const Chunk& ch) {
+    const int64_t nr = ch.end - ch.begin;
+    std::vector<double> err(static_cast<size_t>(nr * std::min(bs, cols)));
+    std::vector<GroupParams> cur(static_cast<size_t>(nr));
+    double loss = 0;
+    for (int64_t i1 = 0; i1 < cols;) {
+      int64_t i2 = std::min(i1 + bs, cols);
+      if (dynamic_groups) i2 = std::min(i2, (i1 / gs + 1) * gs);  // refits see every update so far
+      const int64_t count = i2 - i1;
+      for (int64_t rr = 0; rr < nr; ++rr) {
+        const int64_t r = ch.begin + rr;
+        double* wr = W.data() + r * cols;
+        uint8_t* qr = out.q.data() + r * cols;
+        double* er = err.data() + rr * count;
+        for (int64_t i = i1; i < i2; ++i) {
+          GroupParams p;
+          if (dynamic_groups) {
+            if (i % gs == 0) {
+              cur[static_cast<size_t>(rr)] = fit_group(wr + i, std::min(gs, cols - i), 1, scheme, opts.observer);
+              const size_t pi = static_cast<size_t>(out.param_index(r, i / gs));
+              out.scales[pi] = cur[static_cast<size_t>(rr)].scale;
+              out.zeros[pi] = cur[static_cast<size_t>(rr)].zero;
+            }
+            p = cur[static_cast<size_t>(rr)];
+          } else if (static_groups) {
+            const size_t pi = static_cast<size_t>(out.param_index(r, perm[static_cast<size_t>(i)] / gs));
+            p = GroupParams{out.scales[pi], out.zeros[pi]};
+          } else {
+            p = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
+          }
+          const double x = wr[i];
+          const uint8_t code = quantize_value(static_cast<float>(x), p, scheme);
+          qr[perm[static_cast<size_t>(i)]] = code;
+          const double qd = dequantize_value(code, p);
+          const double* urow = U + i * cols;
+          const double d = urow[i];
+          const double e = (x - qd) / d;
+          loss += e * e;  // (w - q)^2 / d^2
+          er[i - i1] = e;
+          for (int64_t j = i + 1; j < i2; ++j) wr[j] -= e * urow[j];
+        }
+      }
+      if (i2 < cols) {  // lazy update of the remaining columns
+        Eigen::Map<RowMat, 0, Stride> Wb(W.data() + ch.begin * cols + i2, nr, cols - i2, Stride(cols));
+        Eigen::Map<const RowMat> E(err.data(), nr, count);
+        Eigen::Map<const RowMat, 0, Stride> Ub(U + i1 * cols + i2, count, cols - i2, Stride(cols));
+        Wb.noalias() -= E * Ub;
+      }
+      i1 = i2;
+    }
+    chunk_loss[static_cast<size_t>(ch.index)] = loss;
+  });
+  res.loss = 0;
+  for (double l : chunk_loss) res.loss += l;
+  res.loss /= 2;
+  return res;
+}
+
+}  // namespace qf

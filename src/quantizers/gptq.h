@@ -1,0 +1,126 @@
+// GPTQ (Frantar et al. 2022) into the canonical QuantizedTensor, following
+// the reference IST-DASLab/gptq gptq.py `fasterquant` and llm-compressor's
+// gptq_quantize.py (see ../shared/reference/peers.md §1.4 and §3.4).
+//
+// Algorithm, as the reference:
+//   1. dead columns (diag(H) == 0): H[i,i] = 1, W[:,i] = 0;
+//   2. act-order (ActOrder::Group / Weight): perm = stable argsort of diag(H),
+//      descending; W columns and H rows/columns are permuted;
+//   3. damping: H += dampening_frac * mean(diag(H)) * I;
+//   4. Hinv = upper Cholesky factor of H^-1, in double with Eigen: the
+//      reference's cholesky -> cholesky_inverse -> upper cholesky chain is
+//      computed as J L^-1 J with J H J = L L^T (J the reversal permutation),
+//      the same factor (it is unique) for ~4x fewer flops;
+//   5. columns in lazy blocks of block_size: q = quant(w); err = (w - q) / Hinv[i,i];
+//      W[:, i:i2] -= err * Hinv[i, i:i2]; loss += (w - q)^2 / Hinv[i,i]^2 / 2;
+//      after the block W[:, i2:] -= Err * Hinv[i1:i2, i2:];
+//   6. un-permutation of the codes.
+// Quantizer parameters:
+//   - channel / tensor strategies: fitted once on the (unpermuted, un-zeroed)
+//     W before the loop, as both references do;
+//   - group strategy, ActOrder::None and ::Group (non-static): refitted on the
+//     current, error-updated columns at each group boundary (in processing
+//     order), as IST-DASLab gptq.py / AutoGPTQ. Blocks are split at group
+//     boundaries so that a refit sees every update made so far: identical to
+//     the reference when block_size is a multiple of group_size (128/128 by
+//     default); when it is not, the reference refits on columns that miss the
+//     current block's updates, we do not (a deliberate fix);
+//   - ActOrder::Static and ::Weight: static groups, fitted before the loop on
+//     the unpermuted W (after dead-column zeroing), IST-DASLab --static-groups.
+// ActOrder mapping to the peers:
+//   None   : no reordering, dynamic groups                 (gptq.py default; AutoGPTQ desc_act=False)
+//   Static : no reordering, static groups                  (gptq.py --static-groups)
+//   Group  : act-order, dynamic groups in permuted order, g_idx written with
+//            g_idx[perm[j]] = j / group_size               (gptq.py --act-order; AutoGPTQ desc_act=True;
+//                                                           llm-compressor actorder "group"/"dynamic")
+//   Weight : act-order for the error updates, static groups on the original
+//            columns, identity group map, no g_idx         (gptq.py --act-order --static-groups;
+//                                                           llm-compressor actorder "weight"/"static")
+// For channel/tensor strategies Static == None and Group == Weight (no groups).
+//
+// Robustness (never NaN, never a crash): if the Cholesky chain fails (or
+// yields a non-finite or non-positive factor), dampening is raised in
+// +dampening_frac steps (4 more tries), then a diagonal floor of
+// 1e-6 * max|diag(H)| * 10^k (k = 0..5) is added on top; if all fail, the
+// layer is quantized with RTN (same scheme and observer). `fallback` says
+// which of these happened, naming the layer; it is empty when the first
+// attempt succeeded.
+//
+// Determinism: rows are independent once Hinv is known, so the work is split
+// into fixed chunks of rows on a ThreadPool; results are bit-identical for
+// any thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quantizers/quant_scheme.h"
+#include "quantizers/rtn.h"
+
+namespace qf {
+
+class ThreadPool;
+
+// Running Hessian H = 2/n * sum_x x x^T over calibration rows x (the input
+// activations of one Linear, one row per token), accumulated in double in the
+// reference's running form: H *= n/(n+m); n += m; X *= sqrt(2/n); H += X^T X.
+// Rows are applied in fixed chunks of kChunk rows of the global row sequence
+// (pending rows are buffered), so the result is bit-identical however the
+// rows are split into add() calls and whatever the thread count.
+// Note: the references count samples per sequence (batch entries), not per
+// token; GPTQ's result does not depend on H's scale, only its reported loss.
+class HessianAccumulator {
+ public:
+  static constexpr int64_t kChunk = 256;
+
+  explicit HessianAccumulator(int64_t cols);
+  // x: [n_rows, cols] row-major f32. `cols` must equal cols() (else InvalidInput).
+  void add(const float* x, int64_t n_rows, int64_t cols);
+  void add(const float* x, int64_t n_rows, int64_t cols, ThreadPool& pool);
+  int64_t cols() const { return cols_; }
+  int64_t samples() const { return n_ + static_cast<int64_t>(pending_rows_); }
+  // [cols * cols], symmetric (row-major == column-major). Applies the pending
+  // rows as a final (shorter) chunk: read it once all rows are added, else
+  // later chunks start at a different place (still correct, not bit-identical
+  // to feeding the same rows without the intermediate read).
+  const std::vector<double>& matrix() const;
+
+ private:
+  void add_impl(const float* x, int64_t n_rows, int64_t cols, ThreadPool* pool);
+  void flush(ThreadPool* pool) const;
+  int64_t cols_;
+  mutable int64_t n_ = 0;
+  mutable std::vector<double> h_;
+  mutable std::vector<float> pending_;  // [pending_rows_ * cols]
+  mutable size_t pending_rows_ = 0;
+};
+
+struct GptqOptions {
+  int64_t block_size = 128;
+  double dampening_frac = 0.01;
+  enum class ActOrder { None, Static, Group, Weight };  // see the header comment
+  ActOrder actorder = ActOrder::None;
+  RangeObserver observer = RangeObserver::MinMax;
+  ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global() (do not call from inside one of its tasks)
+};
+const char* actorder_name(GptqOptions::ActOrder a);  // "none", "static", "group", "weight"
+
+struct GptqResult {
+  QuantizedTensor q;
+  double loss = 0;       // sum (w - q)^2 / Hinv[i,i]^2 / 2 over all weights, as the reference reports
+                         // (RTN fallback: sum (w - q)^2 / 2)
+  double damp_used = 0;  // the dampening fraction of mean(diag(H)) finally used (0 after an RTN fallback)
+  std::string fallback;  // non-empty: which robust fallback happened, naming the layer
+};
+
+// w: row-major [rows, cols] f32 (not modified). h: the accumulated Hessian
+// (h.cols() == cols, at least one sample). name: the layer, for messages.
+// Throws qf::Error (InvalidInput) for bad shapes or an invalid scheme.
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const HessianAccumulator& h,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name);
+// The same with the Hessian given directly ([cols * cols] symmetric, double).
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name);
+
+}  // namespace qf

@@ -1,0 +1,81 @@
+#include "quantizers/quant_scheme.h"
+
+#include "core/error.h"
+
+namespace qf {
+
+const char* strategy_name(QuantStrategy s) {
+  switch (s) {
+    case QuantStrategy::Tensor: return "tensor";
+    case QuantStrategy::Channel: return "channel";
+    case QuantStrategy::Group: return "group";
+  }
+  return "?";
+}
+
+std::string QuantScheme::describe() const {
+  std::string s = "int" + std::to_string(bits) + (symmetric ? " sym " : " asym ");
+  if (strategy == QuantStrategy::Group) return s + "g" + std::to_string(group_size);
+  return s + strategy_name(strategy);
+}
+
+void QuantScheme::validate(const std::string& where, int64_t cols) const {
+  if (bits < 2 || bits > 8) throw invalid_input(where, "num_bits must be 2..8, got " + std::to_string(bits));
+  if (strategy == QuantStrategy::Group) {
+    if (group_size < 1) throw invalid_input(where, "group_size must be >= 1, got " + std::to_string(group_size));
+    if (cols > 0 && cols % group_size != 0)
+      throw invalid_input(where, "group_size " + std::to_string(group_size) + " does not divide the " +
+                                     std::to_string(cols) + " input columns");
+  }
+  if (scale_dtype != DType::F16 && scale_dtype != DType::BF16 && scale_dtype != DType::F32)
+    throw invalid_input(where, "scales must be stored as f16, bf16 or f32");
+}
+
+int64_t QuantizedTensor::n_groups() const {
+  switch (scheme.strategy) {
+    case QuantStrategy::Tensor:
+    case QuantStrategy::Channel: return 1;
+    case QuantStrategy::Group: return (cols + scheme.group_size - 1) / scheme.group_size;
+  }
+  return 1;
+}
+
+int64_t QuantizedTensor::group_of(int64_t col) const {
+  if (scheme.strategy != QuantStrategy::Group) return 0;
+  return g_idx.empty() ? col / scheme.group_size : g_idx[static_cast<size_t>(col)];
+}
+
+int64_t QuantizedTensor::param_index(int64_t row, int64_t group) const {
+  if (scheme.strategy == QuantStrategy::Tensor) return 0;
+  return row * n_groups() + group;
+}
+
+void QuantizedTensor::dequantize_row(int64_t r, float* out) const {
+  const uint8_t* qr = q.data() + r * cols;
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t p = param_index(r, group_of(c));
+    out[c] = static_cast<float>(static_cast<int32_t>(qr[c]) - zeros[static_cast<size_t>(p)]) * scales[static_cast<size_t>(p)];
+  }
+}
+
+std::vector<float> QuantizedTensor::dequantize() const {
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(r, w.data() + r * cols);
+  return w;
+}
+
+void QuantizedTensor::validate(const std::string& where) const {
+  scheme.validate(where, scheme.strategy == QuantStrategy::Group && g_idx.empty() ? cols : 0);
+  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * n_groups());
+  if (q.size() != static_cast<size_t>(rows * cols) || scales.size() != np || zeros.size() != np)
+    throw invalid_input(where, "quantized tensor sizes do not match its shape and scheme");
+  if (!g_idx.empty() && g_idx.size() != static_cast<size_t>(cols)) throw invalid_input(where, "g_idx must have one entry per input column");
+  for (int32_t g : g_idx)
+    if (g < 0 || g >= n_groups()) throw invalid_input(where, "g_idx entry " + std::to_string(g) + " is out of range");
+  for (uint8_t v : q)
+    if (v > scheme.qmax()) throw invalid_input(where, "code " + std::to_string(v) + " exceeds the " + std::to_string(scheme.bits) + "-bit range");
+  for (int32_t z : zeros)
+    if (z < 0 || z > scheme.qmax()) throw invalid_input(where, "zero point " + std::to_string(z) + " is out of range");
+}
+
+}  // namespace qf

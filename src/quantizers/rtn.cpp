@@ -1,0 +1,147 @@
+#include "quantizers/rtn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace qf {
+
+namespace {
+
+constexpr int kMseGrid = 100;
+constexpr double kMseMaxShrink = 0.8;
+constexpr double kMseNorm = 2.4;
+
+// (scale, zero) for the range [lo, hi] (lo <= 0 <= hi), scale rounded first.
+GroupParams params_for_range(float lo, float hi, const QuantScheme& s) {
+  GroupParams p{};
+  const int32_t qmax = s.qmax();
+  if (s.symmetric) {
+    const float amax = std::max(-lo, hi);
+    p.scale = round_scale(amax / (static_cast<float>(qmax) / 2.0f), s.scale_dtype);
+    p.zero = s.sym_zero();
+  } else {
+    p.scale = round_scale((hi - lo) / static_cast<float>(qmax), s.scale_dtype);
+    const float z = std::nearbyint(-lo / p.scale);
+    p.zero = static_cast<int32_t>(std::clamp(z, 0.0f, static_cast<float>(qmax)));
+  }
+  return p;
+}
+
+template <class T>
+GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
+  float lo = 0.0f, hi = 0.0f;  // ranges always include 0; NaN is ignored
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(x[i * stride]);
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  GroupParams best = params_for_range(lo, hi, s);
+  if (obs == RangeObserver::MinMax || n == 0) return best;
+
+  double best_err = std::numeric_limits<double>::infinity();
+  const int steps = static_cast<int>(kMseMaxShrink * kMseGrid);
+  for (int i = 0; i < steps; ++i) {
+    const float pf = static_cast<float>(1.0 - static_cast<double>(i) / kMseGrid);
+    const GroupParams p = params_for_range(pf * lo, pf * hi, s);
+    double err = 0.0;
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = static_cast<float>(x[k * stride]);
+      const float d = dequantize_value(quantize_value(v, p, s), p) - v;
+      err += std::pow(std::fabs(static_cast<double>(d)), kMseNorm);
+    }
+    if (err < best_err) {  // strict: the widest range wins ties, as the reference
+      best_err = err;
+      best = p;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+const char* observer_name(RangeObserver o) { return o == RangeObserver::Mse ? "mse" : "minmax"; }
+
+float scale_dtype_eps(DType dt) {
+  switch (dt) {
+    case DType::F16: return 0.0009765625f;  // 2^-10
+    case DType::BF16: return 0.0078125f;    // 2^-7
+    default: return std::numeric_limits<float>::epsilon();
+  }
+}
+
+float round_scale(float s, DType dt) {
+  const float eps = scale_dtype_eps(dt);
+  if (!(s > 0.0f)) return eps;  // zero, negative or NaN
+  float r = s;
+  switch (dt) {
+    case DType::F16:
+      r = f16_to_f32(f32_to_f16(std::min(s, 65504.0f)));
+      break;
+    case DType::BF16:
+      r = bf16_to_f32(f32_to_bf16(std::min(s, 3.38953139e38f)));
+      break;
+    default:
+      r = std::min(s, std::numeric_limits<float>::max());
+      break;
+  }
+  return r > 0.0f ? r : eps;
+}
+
+uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s) {
+  const float t = std::nearbyint(x / p.scale) + static_cast<float>(p.zero);
+  if (std::isnan(t)) return static_cast<uint8_t>(p.zero);
+  return static_cast<uint8_t>(std::clamp(t, 0.0f, static_cast<float>(s.qmax())));
+}
+
+GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
+  return fit_group_impl(x, n, stride, s, obs);
+}
+
+GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
+  return fit_group_impl(x, n, stride, s, obs);
+}
+
+QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme, RangeObserver obs) {
+  const std::string where = "rtn " + scheme.describe();
+  scheme.validate(where, cols);
+  if (rows <= 0 || cols <= 0) throw invalid_input(where, "empty weight [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+
+  QuantizedTensor t;
+  t.scheme = scheme;
+  t.rows = rows;
+  t.cols = cols;
+  t.q.resize(static_cast<size_t>(rows * cols));
+  const int64_t ng = t.n_groups();
+  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * ng);
+  t.scales.resize(np);
+  t.zeros.resize(np);
+
+  GroupParams tensor_p{};
+  if (scheme.strategy == QuantStrategy::Tensor) {
+    tensor_p = fit_group(w, rows * cols, 1, scheme, obs);
+    t.scales[0] = tensor_p.scale;
+    t.zeros[0] = tensor_p.zero;
+  }
+  const int64_t gs = scheme.strategy == QuantStrategy::Group ? scheme.group_size : cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* wr = w + r * cols;
+    uint8_t* qr = t.q.data() + r * cols;
+    for (int64_t g = 0; g * gs < cols; ++g) {
+      const int64_t c0 = g * gs, n = std::min(gs, cols - c0);
+      GroupParams p = tensor_p;
+      if (scheme.strategy != QuantStrategy::Tensor) {
+        p = fit_group(wr + c0, n, 1, scheme, obs);
+        const size_t pi = static_cast<size_t>(t.param_index(r, g));
+        t.scales[pi] = p.scale;
+        t.zeros[pi] = p.zero;
+      }
+      for (int64_t c = c0; c < c0 + n; ++c) qr[c] = quantize_value(wr[c], p, scheme);
+    }
+  }
+  return t;
+}
+
+}  // namespace qf

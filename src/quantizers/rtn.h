@@ -1,0 +1,70 @@
+// Round-to-nearest (RTN) integer weight quantization into the canonical
+// QuantizedTensor, and the per-group quantizer that GPTQ shares.
+//
+// Conventions (compressed-tensors' calculate_qparams, equal to IST-DASLab
+// gptq quant.py up to the all-zero case):
+//   - ranges always include 0: lo = min(min(x), 0), hi = max(max(x), 0);
+//   - symmetric:  scale = max(|lo|, |hi|) / ((qmax - qmin) / 2)  (int4: amax / 7.5,
+//                 int8: amax / 127.5), zero = 2^(bits-1); codes are
+//                 clamp(round(x / scale) + zero, 0, qmax), i.e. the signed
+//                 range [-2^(bits-1), 2^(bits-1) - 1] shifted to unsigned;
+//   - asymmetric: scale = (hi - lo) / (2^bits - 1), zero = clamp(round(-lo / scale), 0, qmax);
+//   - the scale is computed in f32, then rounded (RNE) to scheme.scale_dtype
+//     BEFORE the zero point and the codes are computed from it, so the
+//     exported scale is exactly the one the codes were chosen for;
+//   - a scale that is (or rounds to) zero is replaced by the scale dtype's
+//     machine epsilon (f16 2^-10, bf16 2^-7, f32 2^-23), as compressed-tensors
+//     does with torch.finfo(dtype).eps; such groups are all zero, their codes
+//     all equal the zero point. Scales above the dtype's largest finite value
+//     saturate to it (never inf).
+//   - rounding is round-half-to-even (std::nearbyint), as torch.round.
+//
+// Observers: MinMax uses the range above. Mse is IST-DASLab gptq's (and
+// llm-compressor's mse observer's) shrink search: for i in [0, maxshrink*grid)
+// with grid 100, maxshrink 0.8, it tries the range p*[lo, hi], p = 1 - i/grid,
+// and keeps the first p that strictly minimises sum |dequant(q(x)) - x|^2.4
+// over the group (per row for channel, the whole tensor for tensor). Each
+// candidate's scale is rounded to scale_dtype before it is evaluated; with
+// symmetric schemes the zero point stays 2^(bits-1).
+#pragma once
+
+#include <cstdint>
+
+#include "quantizers/quant_scheme.h"
+
+namespace qf {
+
+enum class RangeObserver { MinMax, Mse };
+const char* observer_name(RangeObserver o);  // "minmax", "mse"
+
+// Round-to-nearest of a row-major [rows, cols] f32 weight under `scheme`.
+// Throws qf::Error (InvalidInput) for an invalid scheme (QuantScheme::validate,
+// group size must divide cols) or empty shapes. g_idx stays empty (identity).
+QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
+                             RangeObserver obs = RangeObserver::MinMax);
+
+// The group quantizer shared by RTN and GPTQ.
+struct GroupParams {
+  float scale;   // already rounded to the scheme's scale_dtype, > 0
+  int32_t zero;  // unsigned zero point in [0, qmax]
+};
+
+// Fits (scale, zero) to the n values x[0], x[stride], ..., x[(n-1)*stride].
+GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs);
+// Same, for values held in double (GPTQ's working copy); each value is first
+// converted to f32, so the result equals fit_group on the f32 values.
+GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs);
+
+// clamp(round(x / scale) + zero, 0, qmax); x / scale in f32 as torch does.
+uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s);
+// (q - zero) * scale in f32.
+inline float dequantize_value(uint8_t q, GroupParams p) {
+  return static_cast<float>(static_cast<int32_t>(q) - p.zero) * p.scale;
+}
+
+// Rounds a positive f32 scale to `dt` (F16, BF16 or F32) with the conventions
+// above (zero -> dtype eps, overflow -> largest finite, NaN -> eps).
+float round_scale(float s, DType dt);
+float scale_dtype_eps(DType dt);
+
+}  // namespace qf

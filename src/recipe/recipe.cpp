@@ -1,0 +1,872 @@
+// The recipe parser: llm-compressor's stage/group/modifier layout, the
+// QuantizationMixin and GPTQModifier arguments, compressed-tensors'
+// QuantizationScheme/QuantizationArgs and preset schemes, and quantforge's
+// calibration/export sections. Every message starts "FILE:LINE:COL: ".
+//
+// Sources (read at llm-compressor ab1ba3ef, compressed-tensors 0.18.0):
+//   llm-compressor  src/llmcompressor/recipe/recipe.py (Recipe.from_dict)
+//                   src/llmcompressor/modifiers/modifier.py (extra="forbid", base fields)
+//                   src/llmcompressor/modifiers/quantization/quantization/mixin.py
+//                   src/llmcompressor/modifiers/gptq/base.py (resolve_actorder)
+//   compressed-tensors src/compressed_tensors/quantization/quant_args.py
+//                   src/compressed_tensors/quantization/quant_scheme.py (PRESET_SCHEMES)
+#include "recipe/recipe.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "recipe/recipe_internal.h"
+
+namespace qf {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+// Optimal string alignment distance (an adjacent transposition counts as one
+// edit), case-insensitive.
+size_t edit_distance(const std::string& a0, const std::string& b0) {
+  const std::string a = lower(a0), b = lower(b0);
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "did you mean 'x'?" for the closest candidate within 2 edits (case-insensitive).
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d && d < std::max<size_t>(word.size(), 2)) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += sep;
+    s += v[i];
+  }
+  return s;
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// ---- presets ----------------------------------------------------------------
+
+struct Preset {
+  bool supported = false;
+  bool has_weights = false;
+  QuantScheme weights;
+};
+
+// compressed-tensors 0.18.0 PRESET_SCHEMES. Integer weight-only presets are
+// supported; the rest quantize activations or use float formats.
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names = {
+      "UNQUANTIZED", "W4A16_ASYM", "W8A8",  "INT8",  "W4AFP8", "FP8",   "FP8_DYNAMIC", "FP8_BLOCK",
+      "NVFP4A16",    "NVFP4",      "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP8", "W2A4", "W2A8",
+      "W2A16",       "W3A4",       "W3A8",  "W3A16", "W4A4",  "W4A8",  "W4A16", "W5A8",
+      "W5A16",       "W6A8",       "W6A16", "W7A8",  "W7A16", "W8A16"};
+  return names;
+}
+
+std::optional<Preset> preset(const std::string& name_any_case) {
+  const std::string name = upper(name_any_case);
+  const auto& names = preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) return std::nullopt;
+  Preset p;
+  if (name == "UNQUANTIZED") {
+    p.supported = true;
+    return p;
+  }
+  if (name == "W4A16_ASYM") {
+    p.supported = p.has_weights = true;
+    p.weights.bits = 4;
+    p.weights.symmetric = false;
+    p.weights.strategy = QuantStrategy::Group;
+    p.weights.group_size = 128;
+    return p;
+  }
+  // _int_wnam(n): int, symmetric, group 128 (W8A16 too, since compressed-tensors
+  // 0.16.0; it was per-channel before).
+  if (name.size() == 5 && name[0] == 'W' && name.substr(2) == "A16" && name[1] >= '2' && name[1] <= '8') {
+    p.supported = p.has_weights = true;
+    p.weights.bits = name[1] - '0';
+    p.weights.symmetric = true;
+    p.weights.strategy = QuantStrategy::Group;
+    p.weights.group_size = 128;
+    return p;
+  }
+  return p;  // known, not supported yet
+}
+
+const char* kSupportedPresets = "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, UNQUANTIZED";
+
+// ---- the parser ---------------------------------------------------------------
+
+class Parser {
+ public:
+  Parser(std::string file, int line_offset) : file_(std::move(file)), line_offset_(line_offset) {}
+
+  Recipe parse(const YAML::Node& root, const YAML::Mark& root_mark);
+
+ private:
+  std::string file_;
+  int line_offset_ = 0;
+  YAML::Mark last_{};  // the last good position, for nodes without one
+
+  // ---- positions and errors ----
+  YAML::Mark mark(const YAML::Node& n) {
+    YAML::Mark m = n.IsDefined() ? n.Mark() : YAML::Mark::null_mark();
+    if (m.is_null()) return last_;
+    last_ = m;
+    return m;
+  }
+  std::string pos(const YAML::Mark& m) const {
+    if (m.is_null()) return file_;
+    return file_ + ":" + std::to_string(m.line + 1 + line_offset_) + ":" + std::to_string(m.column + 1);
+  }
+  [[noreturn]] void fail_at(const YAML::Mark& m, const std::string& what, ErrorKind kind = ErrorKind::InvalidInput) {
+    throw Error(kind, pos(m) + ": " + what);
+  }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& what, ErrorKind kind = ErrorKind::InvalidInput) {
+    fail_at(mark(n), what, kind);
+  }
+
+  // ---- scalars ----
+  static bool quoted(const YAML::Node& n) { return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"; }
+  static const char* type_name(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Null: return "null";
+      case YAML::NodeType::Scalar: return "a scalar";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Map: return "a mapping";
+      default: return "nothing";
+    }
+  }
+  std::string got(const YAML::Node& n) {
+    if (n.IsScalar()) return quoted(n) ? "the string \"" + n.Scalar() + "\"" : quote(n.Scalar());
+    return type_name(n);
+  }
+
+  std::string as_string(const YAML::Node& n, const std::string& path) {
+    if (!n.IsScalar()) fail(n, path + ": expected a string, got " + got(n));
+    mark(n);
+    return n.Scalar();
+  }
+  int64_t as_int(const YAML::Node& n, const std::string& path) {
+    if (!n.IsScalar()) fail(n, path + ": expected an integer, got " + got(n));
+    std::string s = n.Scalar();
+    const char* b = s.data();
+    const char* e = s.data() + s.size();
+    if (b != e && *b == '+') ++b;
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(b, e, v);
+    if (ec == std::errc::result_out_of_range) fail(n, path + ": integer " + s + " is out of range");
+    if (ec != std::errc() || p != e || b == e) fail(n, path + ": expected an integer, got " + got(n));
+    mark(n);
+    return v;
+  }
+  double as_double(const YAML::Node& n, const std::string& path) {
+    if (!n.IsScalar()) fail(n, path + ": expected a number, got " + got(n));
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    const double v = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) ||
+        s.find_first_of("xXnN") != std::string::npos)
+      fail(n, path + ": expected a number, got " + got(n));
+    mark(n);
+    return v;
+  }
+  bool as_bool(const YAML::Node& n, const std::string& path) {
+    if (n.IsScalar()) {
+      const std::string s = lower(n.Scalar());
+      if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
+      if (s == "false" || s == "no" || s == "off" || s == "0") return false;
+    }
+    fail(n, path + ": expected true or false, got " + got(n));
+  }
+  // A string or a list of strings (llm-compressor turns a lone string into a list).
+  std::vector<std::string> as_string_list(const YAML::Node& n, const std::string& path) {
+    std::vector<std::string> out;
+    if (n.IsScalar()) {
+      out.push_back(as_string(n, path));
+    } else if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) out.push_back(as_string(n[i], path + "[" + std::to_string(i) + "]"));
+    } else {
+      fail(n, path + ": expected a string or a list of strings, got " + got(n));
+    }
+    return out;
+  }
+  // Targets and ignore entries: "re:" regexes must compile.
+  std::vector<std::string> as_patterns(const YAML::Node& n, const std::string& path) {
+    std::vector<std::string> out = as_string_list(n, path);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const YAML::Node item = n.IsSequence() ? n[i] : n;
+      if (out[i].empty()) fail(item, path + ": empty pattern");
+      if (out[i].rfind("re:", 0) == 0) {
+        const std::string err = regex_error(out[i].substr(3));
+        if (!err.empty()) fail(item, path + ": " + quote(out[i]) + ": " + err);
+      }
+    }
+    return out;
+  }
+
+  // ---- mappings ----
+  struct Entry {
+    std::string key;
+    YAML::Node key_node, value;
+  };
+  struct Entries {
+    std::vector<Entry> items;
+    const Entry* find(const std::string& k) const {
+      for (const auto& e : items)
+        if (e.key == k) return &e;
+      return nullptr;
+    }
+    // The value, or an undefined node when absent.
+    YAML::Node get(const std::string& k) const {
+      const Entry* e = find(k);
+      return e ? e->value : YAML::Node(YAML::NodeType::Undefined);
+    }
+    // Present and not null.
+    bool has(const std::string& k) const {
+      const Entry* e = find(k);
+      return e && !e->value.IsNull();
+    }
+  };
+
+  // The entries of a mapping (null counts as empty), with duplicate keys
+  // rejected and, when `allowed` is given, unknown keys too.
+  Entries entries(const YAML::Node& n, const std::string& path, const std::vector<std::string>* allowed = nullptr,
+                  std::string (*extra_hint)(const std::string& key) = nullptr) {
+    Entries out;
+    if (n.IsNull()) return out;
+    if (!n.IsMap()) fail(n, path + ": expected a mapping, got " + got(n));
+    mark(n);
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node k = it->first;
+      if (!k.IsScalar()) fail(k, path + ": keys must be strings, got " + got(k));
+      const std::string key = k.Scalar();
+      if (const Entry* prev = out.find(key))
+        fail(k, path + ": duplicate key " + quote(key) + " (first at line " +
+                    std::to_string(prev->key_node.Mark().line + 1 + line_offset_) + ")");
+      if (allowed && std::find(allowed->begin(), allowed->end(), key) == allowed->end()) {
+        std::string hint = extra_hint ? extra_hint(key) : "";
+        if (hint.empty()) {
+          const std::string c = closest(key, *allowed);
+          hint = c.empty() ? "valid keys: " + join(*allowed) : "did you mean " + quote(c) + "?";
+        }
+        fail(k, (path.empty() ? "" : path + ": ") + "unknown key " + quote(key) + " (" + hint + ")");
+      }
+      out.items.push_back({key, k, it->second});
+    }
+    return out;
+  }
+
+  // Keys whose value may not be null (llm-compressor's non-Optional fields,
+  // and all of quantforge's): "key:" with the value forgotten is an error, not
+  // the default.
+  void reject_null(const Entries& a, const std::string& path, std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (const Entry* e = a.find(k); e && e->value.IsNull())
+        fail(e->key_node, path + "." + k + ": expected a value, got null");
+  }
+
+  // ---- sections ----
+  void parse_stage(const Entry& stage, Recipe& r);
+  void parse_modifier(const Entry& mod, const std::string& stage, const std::string& group, Recipe& r);
+  ModifierSpec::Group parse_scheme(const Entry& g, const std::string& path);
+  void parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
+  std::string parse_actorder(const YAML::Node& n, const std::string& path);
+  std::string parse_observer(const YAML::Node& n, const std::string& path);
+  void parse_calibration(const Entry& e, CalibrationSpec& c);
+  void parse_export(const Entry& e, ExportSpec& x);
+};
+
+const std::vector<std::string> kModifierKinds = {"GPTQModifier", "QuantizationModifier"};
+const std::vector<std::string> kKnownModifiers = {
+    "AWQModifier",       "AutoRoundModifier",       "ConstantPruningModifier",
+    "LogarithmicEqualizationModifier", "MagnitudePruningModifier", "QuIPModifier",
+    "REAPPruningModifier", "SmoothQuantModifier",  "SparseGPTModifier",
+    "SpinQuantModifier", "WandaPruningModifier"};
+
+const std::vector<std::string> kMixinKeys = {
+    "config_groups", "targets", "ignore", "scheme", "kv_cache_scheme", "weight_observer", "input_observer",
+    "output_observer", "observer", "bypass_divisibility_checks",
+    // Modifier base fields (start/end/update/index only matter for training)
+    "index", "group", "start", "end", "update", "requires_calibration_data"};
+const std::vector<std::string> kGptqOnlyKeys = {"block_size", "dampening_frac", "actorder", "offload_hessians",
+                                                "sequential_targets", "sequential_update"};
+const std::vector<std::string> kArgsKeys = {"num_bits", "type",  "symmetric", "group_size",
+                                            "strategy", "block_structure", "dynamic", "actorder",
+                                            "scale_dtype", "zp_dtype", "observer", "observer_kwargs"};
+
+std::string hint_quant_modifier_key(const std::string& key) {
+  if (std::find(kGptqOnlyKeys.begin(), kGptqOnlyKeys.end(), key) != kGptqOnlyKeys.end())
+    return quote(key) + " is a GPTQModifier argument; QuantizationModifier rounds to nearest";
+  if (std::find(kArgsKeys.begin(), kArgsKeys.end(), key) != kArgsKeys.end() && key != "observer" &&
+      key != "actorder")
+    return "quantization arguments go under config_groups.<name>.weights, or use a preset such as scheme: W4A16";
+  return "";
+}
+std::string hint_gptq_key(const std::string& key) {
+  if (std::find(kArgsKeys.begin(), kArgsKeys.end(), key) != kArgsKeys.end())
+    return "quantization arguments go under config_groups.<name>.weights, or use a preset such as scheme: W4A16";
+  return "";
+}
+
+Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
+  Recipe r;
+  last_ = root_mark;
+  if (!root.IsDefined() || root.IsNull()) fail_at(root_mark, "empty recipe (expected a mapping with a '<name>_stage:' key)");
+  if (!root.IsMap())
+    fail(root, "a recipe is a mapping of stages ('quant_stage: quant_modifiers: GPTQModifier: ...'), got " + got(root));
+  Entries top = entries(root, "");
+  for (const Entry& e : top.items) {
+    const std::string& k = e.key;
+    const size_t us = k.rfind("_stage");
+    const bool numbered = us != std::string::npos && us + 6 < k.size() && k[us + 6] == '_' &&
+                          k.find_first_not_of("0123456789", us + 7) == std::string::npos && us + 7 < k.size();
+    if (ends_with(k, "_stage") || numbered) {
+      parse_stage(e, r);
+    } else if (k == "calibration") {
+      parse_calibration(e, r.calibration);
+    } else if (k == "export") {
+      parse_export(e, r.export_);
+    } else if (k == "args") {
+      // llm-compressor's recipe args: stored by it, not used by quantforge.
+      if (!e.value.IsNull() && !e.value.IsMap()) fail(e.value, "args: expected a mapping, got " + got(e.value));
+    } else if (k == "modifiers" || k == "stages") {
+      fail(e.key_node, "unknown key " + quote(k) +
+                           " (llm-compressor recipes put modifiers under '<name>_stage: <name>_modifiers:', e.g. "
+                           "'quant_stage: {quant_modifiers: {GPTQModifier: {scheme: W4A16}}}')");
+    } else if (std::find(kModifierKinds.begin(), kModifierKinds.end(), k) != kModifierKinds.end() ||
+               std::find(kKnownModifiers.begin(), kKnownModifiers.end(), k) != kKnownModifiers.end()) {
+      fail(e.key_node, "modifier " + quote(k) +
+                           " at the top level (put it under a stage and a group: 'quant_stage: quant_modifiers: " + k +
+                           ": ...')");
+    } else {
+      const std::string c = closest(k, {"calibration", "export", "args", "quant_stage"});
+      fail(e.key_node, "unknown key " + quote(k) + " (" +
+                           (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, args")
+                                      : "did you mean " + quote(c) + "?") +
+                           ")");
+    }
+  }
+  if (r.modifiers.empty())
+    fail_at(root_mark, "the recipe has no modifiers (expected 'quant_stage: quant_modifiers: GPTQModifier: {...}' "
+                       "or QuantizationModifier)");
+  return r;
+}
+
+void Parser::parse_stage(const Entry& stage, Recipe& r) {
+  std::string stage_name = stage.key.substr(0, stage.key.rfind("_stage"));
+  if (!stage.value.IsMap())
+    fail(stage.value, stage.key + ": expected a mapping of '<name>_modifiers:' groups, got " + got(stage.value));
+  Entries groups = entries(stage.value, stage.key);
+  for (const Entry& g : groups.items) {
+    if (!ends_with(g.key, "_modifiers")) {
+      const bool is_mod = std::find(kModifierKinds.begin(), kModifierKinds.end(), g.key) != kModifierKinds.end() ||
+                          std::find(kKnownModifiers.begin(), kKnownModifiers.end(), g.key) != kKnownModifiers.end();
+      fail(g.key_node, stage.key + ": unknown key " + quote(g.key) +
+                           (is_mod ? " (put modifiers under a group key ending in '_modifiers', e.g. 'quant_modifiers: " +
+                                         g.key + ": ...')"
+                                   : " (a stage holds groups: keys ending in '_modifiers')"));
+    }
+    if (!g.value.IsMap())
+      fail(g.value, stage.key + "." + g.key + ": expected a mapping of modifiers ('GPTQModifier: {...}'), got " +
+                        got(g.value));
+    const std::string group_name = g.key.substr(0, g.key.size() - 10);
+    Entries mods = entries(g.value, stage.key + "." + g.key);
+    for (const Entry& m : mods.items) parse_modifier(m, stage_name, group_name, r);
+  }
+}
+
+void Parser::parse_modifier(const Entry& mod, const std::string& stage, const std::string& group, Recipe& r) {
+  const std::string& kind = mod.key;
+  if (std::find(kModifierKinds.begin(), kModifierKinds.end(), kind) == kModifierKinds.end()) {
+    if (std::find(kKnownModifiers.begin(), kKnownModifiers.end(), kind) != kKnownModifiers.end())
+      fail(mod.key_node, kind + " is not supported yet (supported modifiers: GPTQModifier, QuantizationModifier)",
+           ErrorKind::Unsupported);
+    std::vector<std::string> all = kModifierKinds;
+    all.insert(all.end(), kKnownModifiers.begin(), kKnownModifiers.end());
+    const std::string c = closest(kind, all);
+    fail(mod.key_node, "unknown modifier " + quote(kind) + " (" +
+                           (c.empty() ? "supported modifiers: GPTQModifier, QuantizationModifier"
+                                      : "did you mean " + quote(c) + "?") +
+                           ")");
+  }
+  const bool gptq = kind == "GPTQModifier";
+  ModifierSpec m;
+  m.kind = kind;
+  m.stage = stage;
+  m.group = group;
+  m.where = pos(mark(mod.key_node));
+  const YAML::Mark mod_mark = mark(mod.key_node);
+
+  std::vector<std::string> allowed = kMixinKeys;
+  if (gptq) allowed.insert(allowed.end(), kGptqOnlyKeys.begin(), kGptqOnlyKeys.end());
+  Entries a = entries(mod.value, kind, &allowed, gptq ? &hint_gptq_key : &hint_quant_modifier_key);
+  reject_null(a, kind, {"targets", "ignore", "bypass_divisibility_checks", "requires_calibration_data", "block_size",
+                        "dampening_frac", "offload_hessians", "sequential_update"});
+
+  // Modifier base fields: accepted, unused in one-shot runs.
+  if (a.has("group")) m.group = as_string(a.get("group"), kind + ".group");
+  for (const char* k : {"index", "start", "end", "update"})
+    if (a.has(k)) as_double(a.get(k), kind + "." + k);
+  if (a.has("requires_calibration_data")) as_bool(a.get("requires_calibration_data"), kind + ".requires_calibration_data");
+
+  if (a.has("targets")) m.targets = as_patterns(a.get("targets"), kind + ".targets");
+  if (a.has("ignore")) m.ignore = as_patterns(a.get("ignore"), kind + ".ignore");
+  if (a.has("bypass_divisibility_checks"))
+    m.bypass_divisibility_checks = as_bool(a.get("bypass_divisibility_checks"), kind + ".bypass_divisibility_checks");
+  if (a.has("kv_cache_scheme"))
+    fail(a.get("kv_cache_scheme"), kind + ".kv_cache_scheme: kv-cache quantization is not supported yet",
+         ErrorKind::Unsupported);
+  for (const char* k : {"input_observer", "output_observer"})
+    if (a.has(k)) parse_observer(a.get(k), kind + "." + k);
+
+  // scheme / config_groups
+  const bool has_scheme = a.has("scheme");
+  const bool has_groups =
+      a.has("config_groups") && (!a.get("config_groups").IsMap() || a.get("config_groups").size() > 0);
+  if (has_scheme && has_groups) {
+    const Entry* later = a.find("scheme")->key_node.Mark().pos > a.find("config_groups")->key_node.Mark().pos
+                             ? a.find("scheme")
+                             : a.find("config_groups");
+    fail(later->key_node, kind + ": set either 'scheme' or 'config_groups', not both");
+  }
+  if (has_scheme) {
+    const YAML::Node s = a.get("scheme");
+    auto expand = [&](const YAML::Node& name_node, const std::vector<std::string>& targets) {
+      const std::string name = as_string(name_node, kind + ".scheme");
+      std::optional<Preset> p = preset(name);
+      if (!p) {
+        const std::string c = closest(upper(name), preset_names());
+        fail(name_node, kind + ".scheme: unknown preset scheme " + quote(name) + " (" +
+                            (c.empty() ? std::string("supported presets: ") + kSupportedPresets
+                                       : "did you mean " + quote(c) + "?") +
+                            ")");
+      }
+      if (!p->supported)
+        fail(name_node, kind + ".scheme: preset " + quote(upper(name)) +
+                            " is not supported yet (supported presets: " + kSupportedPresets +
+                            "; activation and float quantization are future work)",
+             ErrorKind::Unsupported);
+      ModifierSpec::Group g;
+      g.name = "group_" + std::to_string(m.groups.size());
+      g.where = pos(mark(name_node));
+      g.targets = targets;
+      g.quantize_weights = p->has_weights;
+      g.weights = p->weights;
+      m.groups.push_back(std::move(g));
+    };
+    if (s.IsScalar()) {
+      expand(s, m.targets);
+    } else if (s.IsMap()) {
+      // {PRESET: targets, ...}: keys must be presets (mixin.validate_scheme).
+      Entries ps = entries(s, kind + ".scheme");
+      for (const Entry& e : ps.items) expand(e.key_node, as_patterns(e.value, kind + ".scheme." + e.key));
+    } else {
+      fail(s, kind + ".scheme: expected a preset name (e.g. W4A16) or a mapping {PRESET: targets}, got " + got(s));
+    }
+  } else if (has_groups) {
+    Entries gs = entries(a.get("config_groups"), kind + ".config_groups");
+    for (const Entry& e : gs.items) m.groups.push_back(parse_scheme(e, kind + ".config_groups." + e.key));
+  } else if (!gptq) {
+    fail_at(mod_mark, "QuantizationModifier: nothing to quantize (set 'scheme: W4A16' or 'config_groups')");
+  } else {
+    // Legacy layout: a GPTQModifier without scheme/config_groups quantizes the
+    // modules that an earlier QuantizationModifier configured (llm-compressor
+    // attaches schemes to modules; GPTQModifier then finds them). That
+    // QuantizationModifier's rounding is superseded, so it is folded in here.
+    auto q = std::find_if(r.modifiers.rbegin(), r.modifiers.rend(),
+                          [](const ModifierSpec& x) { return x.kind == "QuantizationModifier"; });
+    if (q == r.modifiers.rend())
+      fail_at(mod_mark, "GPTQModifier: nothing to quantize (set 'scheme: W4A16' or 'config_groups', or put a "
+                        "QuantizationModifier with a scheme before it)");
+    m.groups = q->groups;
+    m.targets = q->targets;
+    for (const auto& ig : q->ignore)
+      if (std::find(m.ignore.begin(), m.ignore.end(), ig) == m.ignore.end()) m.ignore.push_back(ig);
+    r.modifiers.erase(std::next(q).base());
+  }
+
+  // Observer overrides (mixin._apply_observer_overrides).
+  if (a.has("weight_observer") && a.has("observer"))
+    fail(a.find("observer")->key_node,
+         kind + ": set either 'observer' or 'weight_observer'/'input_observer'/'output_observer', not both");
+  std::string weight_obs;
+  if (a.has("weight_observer")) weight_obs = parse_observer(a.get("weight_observer"), kind + ".weight_observer");
+  if (a.has("observer")) {
+    static const std::vector<std::string> obs_keys = {"weights", "input", "output"};
+    Entries o = entries(a.get("observer"), kind + ".observer", &obs_keys);
+    for (const Entry& e : o.items) {
+      const std::string v = parse_observer(e.value, kind + ".observer." + e.key);
+      if (e.key == "weights") weight_obs = v;
+    }
+  }
+  if (!weight_obs.empty())
+    for (auto& g : m.groups) g.observer = weight_obs;
+
+  if (gptq) {
+    if (a.has("block_size")) {
+      m.block_size = as_int(a.get("block_size"), kind + ".block_size");
+      if (m.block_size < 1) fail(a.get("block_size"), kind + ".block_size: must be >= 1, got " + std::to_string(m.block_size));
+    }
+    if (a.has("dampening_frac")) {
+      const YAML::Node d = a.get("dampening_frac");
+      m.dampening_frac = as_double(d, kind + ".dampening_frac");
+      if (m.dampening_frac < 0) fail(d, kind + ".dampening_frac: must be >= 0, got " + d.Scalar());
+    }
+    if (a.has("offload_hessians")) m.offload_hessians = as_bool(a.get("offload_hessians"), kind + ".offload_hessians");
+    if (a.has("sequential_update")) as_bool(a.get("sequential_update"), kind + ".sequential_update");
+    if (a.has("sequential_targets"))
+      m.sequential_targets = as_string_list(a.get("sequential_targets"), kind + ".sequential_targets");
+
+    // GPTQModifier.resolve_quantization_config: the modifier's actorder
+    // (default "static") applies to every group; an explicit one that differs
+    // from a group's is an error.
+    const Entry* ao = a.find("actorder");
+    const std::string mod_actorder = ao ? parse_actorder(ao->value, kind + ".actorder") : "weight";
+    for (auto& g : m.groups) {
+      if (!g.quantize_weights) continue;
+      if (!ao) {
+        if (g.actorder.empty()) g.actorder = mod_actorder;
+      } else if (g.actorder.empty() || g.actorder == mod_actorder) {
+        g.actorder = mod_actorder;
+      } else {
+        fail(ao->key_node, kind + ".actorder: " + quote(mod_actorder.empty() ? "null" : mod_actorder) +
+                               " conflicts with actorder " + quote(g.actorder) + " of " + g.name +
+                               " (remove one of them)");
+      }
+      // group act-order needs group quantization; llm-compressor falls back to none.
+      if (g.actorder == "group" && g.weights.strategy != QuantStrategy::Group) g.actorder = "";
+    }
+  }
+  r.modifiers.push_back(std::move(m));
+}
+
+ModifierSpec::Group Parser::parse_scheme(const Entry& e, const std::string& path) {
+  static const std::vector<std::string> keys = {"targets", "weights", "input_activations", "output_activations",
+                                                "format"};
+  ModifierSpec::Group g;
+  g.name = e.key;
+  g.where = pos(mark(e.key_node));
+  if (!e.value.IsMap()) fail(e.value, path + ": expected a mapping with 'targets' and 'weights', got " + got(e.value));
+  Entries s = entries(e.value, path, &keys);
+  reject_null(s, path, {"targets", "format"});
+  if (!s.has("targets")) fail(e.key_node, path + ": missing 'targets' (e.g. targets: [Linear])");
+  g.targets = as_patterns(s.get("targets"), path + ".targets");
+  if (g.targets.empty()) fail(s.get("targets"), path + ".targets: empty list");
+  for (const char* k : {"input_activations", "output_activations"})
+    if (s.has(k))
+      fail(s.get(k), path + "." + k + ": activation quantization is not supported yet (weight-only schemes only)",
+           ErrorKind::Unsupported);
+  if (s.has("format")) as_string(s.get("format"), path + ".format");
+  if (s.has("weights")) {
+    parse_weights(s.get("weights"), path + ".weights", g);
+  } else {
+    g.quantize_weights = false;  // an UNQUANTIZED group: the modules it claims stay in full precision
+  }
+  return g;
+}
+
+void Parser::parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g) {
+  Entries a = entries(n, path, &kArgsKeys);
+  reject_null(a, path, {"num_bits", "type", "symmetric", "dynamic", "observer_kwargs"});
+  QuantScheme& w = g.weights;
+  // QuantizationArgs defaults: num_bits 8, type int, symmetric true.
+  if (a.has("type")) {
+    const std::string t = lower(as_string(a.get("type"), path + ".type"));
+    if (t == "float")
+      fail(a.get("type"), path + ".type: float weights (FP8, NVFP4, MXFP) are not supported yet", ErrorKind::Unsupported);
+    if (t != "int") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
+  }
+  w.bits = 8;
+  if (a.has("num_bits")) {
+    const int64_t b = as_int(a.get("num_bits"), path + ".num_bits");
+    if (b < 2 || b > 8) fail(a.get("num_bits"), path + ".num_bits: must be 2..8 for int weights, got " + std::to_string(b));
+    w.bits = static_cast<int>(b);
+  }
+  if (a.has("symmetric")) w.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
+
+  std::optional<int64_t> group_size;
+  if (a.has("group_size")) {
+    group_size = as_int(a.get("group_size"), path + ".group_size");
+    if (*group_size < -1 || *group_size == 0)
+      fail(a.get("group_size"), path + ".group_size: must be > 0 (strategy group) or -1 (channel), got " +
+                                    std::to_string(*group_size));
+  }
+  std::string strategy;
+  if (a.has("strategy")) {
+    const YAML::Node sn = a.get("strategy");
+    strategy = lower(as_string(sn, path + ".strategy"));
+    if (strategy == "block" || strategy == "tensor_group")
+      fail(sn, path + ".strategy: " + quote(strategy) + " is not supported yet (tensor, channel, group)",
+           ErrorKind::Unsupported);
+    if (strategy == "token" || strategy == "attn_head")
+      fail(sn, path + ".strategy: " + quote(strategy) + " applies to activations, not weights (tensor, channel, group)");
+    if (strategy != "tensor" && strategy != "channel" && strategy != "group") {
+      const std::string c = closest(strategy, {"tensor", "channel", "group"});
+      fail(sn, path + ".strategy: unknown strategy " + quote(strategy) + " (" +
+                   (c.empty() ? std::string("tensor, channel or group") : "did you mean " + quote(c) + "?") + ")");
+    }
+  } else {
+    // QuantizationArgs infers: no group_size -> tensor, > 0 -> group, -1 -> channel.
+    strategy = !group_size ? "tensor" : *group_size > 0 ? "group" : "channel";
+  }
+  const YAML::Node strategy_or_map = a.has("strategy") ? a.get("strategy") : n;
+  if (strategy == "group") {
+    if (!group_size || *group_size <= 0)
+      fail(strategy_or_map, path + ": strategy 'group' needs a positive group_size (e.g. group_size: 128)");
+    w.strategy = QuantStrategy::Group;
+    w.group_size = *group_size;
+  } else {
+    if (group_size && *group_size > 0)
+      fail(a.get("group_size"), path + ".group_size: group_size " + std::to_string(*group_size) +
+                                    " needs strategy 'group' (strategy is " + quote(strategy) + ")");
+    w.strategy = strategy == "channel" ? QuantStrategy::Channel : QuantStrategy::Tensor;
+    w.group_size = 0;
+  }
+  if (a.has("block_structure"))
+    fail(a.get("block_structure"), path + ".block_structure: block quantization is not supported yet",
+         ErrorKind::Unsupported);
+  if (a.has("dynamic")) {
+    const YAML::Node d = a.get("dynamic");
+    if (d.IsScalar() && lower(d.Scalar()) == "local")
+      fail(d, path + ".dynamic: 'local' (NVFP4) is not supported yet", ErrorKind::Unsupported);
+    if (as_bool(d, path + ".dynamic"))
+      fail(d, path + ".dynamic: dynamic weight quantization is not supported (weights are quantized once, statically)",
+           ErrorKind::Unsupported);
+  }
+  if (a.find("actorder")) {
+    g.actorder = parse_actorder(a.get("actorder"), path + ".actorder");
+    if (g.actorder == "group" && w.strategy != QuantStrategy::Group)
+      fail(a.get("actorder"), path + ".actorder: 'group' act-order needs strategy 'group'");
+  }
+  if (a.has("scale_dtype")) {
+    const YAML::Node sd = a.get("scale_dtype");
+    std::string t = as_string(sd, path + ".scale_dtype");
+    if (t.rfind("torch.", 0) == 0) t = t.substr(6);
+    if (t == "float16" || t == "half") w.scale_dtype = DType::F16;
+    else if (t == "bfloat16") w.scale_dtype = DType::BF16;
+    else if (t == "float32" || t == "float") w.scale_dtype = DType::F32;
+    else if (t == "float8_e4m3fn" || t == "uint8" || t == "float8_e5m2")
+      fail(sd, path + ".scale_dtype: " + quote(t) + " scales are not supported yet (float16, bfloat16, float32)",
+           ErrorKind::Unsupported);
+    else
+      fail(sd, path + ".scale_dtype: unknown dtype " + got(sd) + " (float16, bfloat16, float32)");
+    g.scale_dtype_set = true;
+  }
+  if (a.has("zp_dtype")) as_string(a.get("zp_dtype"), path + ".zp_dtype");  // integer zero points either way
+  if (a.has("observer")) g.observer = parse_observer(a.get("observer"), path + ".observer");
+  if (a.has("observer_kwargs")) {
+    Entries kw = entries(a.get("observer_kwargs"), path + ".observer_kwargs");
+    for (const Entry& e : kw.items) g.observer_kwargs[e.key] = as_string(e.value, path + ".observer_kwargs." + e.key);
+  }
+}
+
+// ActivationOrdering: true -> group, false/null -> none, "static" = "weight",
+// "dynamic" = "group" (case-insensitive). Returns the canonical name.
+std::string Parser::parse_actorder(const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return "";
+  if (n.IsScalar()) {
+    const std::string s = lower(n.Scalar());
+    if (!quoted(n) && (s == "true" || s == "yes" || s == "on")) return "group";
+    if (!quoted(n) && (s == "false" || s == "no" || s == "off")) return "";
+    if (s == "weight" || s == "static") return "weight";
+    if (s == "group" || s == "dynamic") return "group";
+  }
+  fail(n, path + ": expected static, weight, group, dynamic, true, false or null, got " + got(n));
+}
+
+std::string Parser::parse_observer(const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return "minmax";
+  const std::string s = as_string(n, path);
+  const std::string l = lower(s);
+  if (l == "minmax" || l == "memoryless_minmax" || l == "static_minmax" || l == "memoryless") return "minmax";
+  if (l == "mse" || l == "memoryless_mse") return "mse";
+  if (l == "imatrix_mse" || l == "nvfp4_expanded_mse")
+    fail(n, path + ": observer " + quote(s) + " is not supported yet (minmax, mse)", ErrorKind::Unsupported);
+  const std::string c = closest(l, {"minmax", "mse", "memoryless_minmax", "memoryless_mse", "static_minmax"});
+  fail(n, path + ": unknown observer " + quote(s) + " (" +
+              (c.empty() ? std::string("minmax or mse") : "did you mean " + quote(c) + "?") + ")");
+}
+
+void Parser::parse_calibration(const Entry& e, CalibrationSpec& c) {
+  static const std::vector<std::string> keys = {"dataset", "text_field", "num_samples", "seq_len", "seed"};
+  Entries a = entries(e.value, "calibration", &keys);
+  reject_null(a, "calibration", {"dataset", "text_field", "num_samples", "seq_len", "seed"});
+  if (a.has("dataset")) c.dataset = as_string(a.get("dataset"), "calibration.dataset");
+  if (a.has("text_field")) {
+    c.text_field = as_string(a.get("text_field"), "calibration.text_field");
+    if (c.text_field.empty()) fail(a.get("text_field"), "calibration.text_field: empty");
+  }
+  for (const char* k : {"num_samples", "seq_len"})
+    if (a.has(k)) {
+      const int64_t v = as_int(a.get(k), std::string("calibration.") + k);
+      if (v < 1) fail(a.get(k), std::string("calibration.") + k + ": must be >= 1, got " + std::to_string(v));
+      (std::string(k) == "num_samples" ? c.num_samples : c.seq_len) = v;
+    }
+  if (a.has("seed")) {
+    const int64_t v = as_int(a.get("seed"), "calibration.seed");
+    if (v < 0) fail(a.get("seed"), "calibration.seed: must be >= 0, got " + std::to_string(v));
+    c.seed = static_cast<uint64_t>(v);
+  }
+}
+
+void Parser::parse_export(const Entry& e, ExportSpec& x) {
+  static const std::vector<std::string> keys = {"format", "shard_size"};
+  Entries a = entries(e.value, "export", &keys);
+  reject_null(a, "export", {"format", "shard_size"});
+  if (a.has("format")) {
+    const YAML::Node f = a.get("format");
+    const std::string v = as_string(f, "export.format");
+    if (v != "compressed-tensors" && v != "gptq") {
+      const std::string c = closest(v, {"compressed-tensors", "gptq"});
+      fail(f, "export.format: unknown format " + quote(v) + " (" +
+                  (c.empty() ? std::string("compressed-tensors or gptq") : "did you mean " + quote(c) + "?") + ")");
+    }
+    x.format = v;
+  }
+  if (a.has("shard_size")) {
+    // transformers' convert_file_size_to_int: KB/MB/GB/TB are powers of 1000,
+    // KiB/MiB/GiB/TiB powers of 1024; a bare number is bytes.
+    const YAML::Node s = a.get("shard_size");
+    const std::string v = as_string(s, "export.shard_size");
+    size_t i = 0;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i;
+    uint64_t num = 0;
+    const bool num_ok = i > 0 && std::from_chars(v.data(), v.data() + i, num).ec == std::errc();
+    std::string unit = upper(v.substr(i));
+    while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+    static const std::vector<std::pair<std::string, uint64_t>> units = {
+        {"", 1},           {"B", 1},          {"KB", 1000ull},         {"MB", 1000000ull},
+        {"GB", 1000000000ull}, {"TB", 1000000000000ull}, {"KIB", 1ull << 10}, {"MIB", 1ull << 20},
+        {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
+    uint64_t mult = 0;
+    for (const auto& [u, m] : units)
+      if (u == unit) mult = m;
+    if (!num_ok || mult == 0)
+      fail(s, "export.shard_size: expected a size such as 5GB, 500MB, 4GiB or a byte count, got " + got(s));
+    if (num == 0) fail(s, "export.shard_size: must be > 0");
+    if (num > UINT64_MAX / mult) fail(s, "export.shard_size: " + v + " is too large");
+    x.max_shard_bytes = num * mult;
+  }
+}
+
+// The YAML front matter of a markdown recipe card, as llm-compressor's
+// _parse_recipe_from_md reads it: the text between the first two lines that
+// are "---" or "+++". Sets *line_offset to the line count before it.
+std::string front_matter(const std::string& text, const std::string& file, int* line_offset) {
+  std::vector<std::pair<size_t, size_t>> lines;  // [begin, end) of each line
+  size_t b = 0;
+  while (b <= text.size()) {
+    size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    lines.emplace_back(b, e);
+    b = e + 1;
+  }
+  auto is_delim = [&](size_t i) {
+    std::string l = text.substr(lines[i].first, lines[i].second - lines[i].first);
+    while (!l.empty() && std::isspace(static_cast<unsigned char>(l.back()))) l.pop_back();
+    size_t s = 0;
+    while (s < l.size() && std::isspace(static_cast<unsigned char>(l[s]))) ++s;
+    l = l.substr(s);
+    return l == "---" || l == "+++";
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (!is_delim(i)) continue;
+    for (size_t j = i + 1; j < lines.size(); ++j)
+      if (is_delim(j)) {
+        *line_offset = static_cast<int>(i + 1);
+        const size_t from = lines[i + 1 < j ? i + 1 : j].first;
+        return text.substr(from, lines[j].first - from);
+      }
+    break;
+  }
+  throw invalid_input(file, "no YAML front matter (a block between '---' lines) in this markdown recipe");
+}
+
+Recipe parse_with_offset(const std::string& yaml, const std::string& name, int line_offset) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    std::string where = name;
+    if (!e.mark.is_null())
+      where += ":" + std::to_string(e.mark.line + 1 + line_offset) + ":" + std::to_string(e.mark.column + 1);
+    throw invalid_input(where, "YAML syntax error: " + e.msg);
+  }
+  YAML::Mark start;
+  start.pos = 0;
+  start.line = 0;
+  start.column = 0;
+  Parser p(name, line_offset);
+  Recipe r;
+  try {
+    r = p.parse(root, start);
+  } catch (const YAML::Exception& e) {  // not expected: the parser reads scalars itself
+    std::string where = name;
+    if (!e.mark.is_null())
+      where += ":" + std::to_string(e.mark.line + 1 + line_offset) + ":" + std::to_string(e.mark.column + 1);
+    throw invalid_input(where, e.msg);
+  }
+  r.source = name;
+  r.text = yaml;
+  return r;
+}
+
+}  // namespace
+
+Recipe parse_recipe_text(const std::string& yaml, const std::string& name) { return parse_with_offset(yaml, name, 0); }
+
+Recipe parse_recipe_file(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
+  const std::string name = path.string();
+  std::string ext = lower(path.extension().string());
+  if (ext == ".md") {
+    int offset = 0;
+    const std::string yaml = front_matter(text, name, &offset);
+    Recipe r = parse_with_offset(yaml, name, offset);
+    r.text = yaml;
+    return r;
+  }
+  return parse_with_offset(text, name, 0);
+}
+
+}  // namespace qf

@@ -1,0 +1,126 @@
+// Quantization recipes: llm-compressor's YAML recipe format, plus quantforge's
+// `calibration:` and `export:` sections. See docs/recipes.md for every key.
+//
+// A recipe is a YAML (or JSON) mapping. Modifiers live under
+//   <name>_stage:            (any top-level key ending in "_stage", or "_stage_<N>")
+//     <name>_modifiers:      (any key ending in "_modifiers")
+//       GPTQModifier: {...}  (the class name, then its keyword arguments)
+// exactly as llm-compressor's Recipe.from_dict reads them
+// [llm-compressor:src/llmcompressor/recipe/recipe.py]. Stages and groups run
+// in file order. Supported today: GPTQModifier and QuantizationModifier with
+// integer weight-only schemes (presets W2A16..W8A16, W4A16_ASYM, UNQUANTIZED,
+// or explicit `config_groups`). Everything llm-compressor knows but quantforge
+// does not do yet (activation quantization, FP8/NVFP4/MXFP presets, AWQ,
+// SmoothQuant, kv-cache schemes, ...) is rejected with ErrorKind::Unsupported;
+// everything malformed with ErrorKind::InvalidInput. Both messages read
+// "FILE:LINE:COLUMN: what (hint)" with 1-based line and column.
+//
+// Not checked here: whether a group size divides a layer's input columns
+// (the pipeline checks that per layer with QuantScheme::validate(where, cols)
+// unless `bypass_divisibility_checks` is set), and whether targets match any
+// module of the model.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "quantizers/quant_scheme.h"
+
+namespace qf {
+
+struct ModifierSpec {
+  std::string kind;                       // "GPTQModifier" | "QuantizationModifier"
+  std::string stage;                      // "quant" for quant_stage
+  std::string group;                      // "quant" for quant_modifiers (or the `group:` argument)
+  std::string where;                      // "FILE:LINE:COL" of the modifier's name, for messages
+  // Modifier-level `targets` (default ["Linear"]). With a `scheme` preset the
+  // groups get these targets; with `config_groups` each group has its own.
+  std::vector<std::string> targets{"Linear"};
+  std::vector<std::string> ignore;        // exact names ("lm_head"), class names, "re:" regexes
+
+  struct Group {
+    std::string name;                     // "group_0", ... (config_groups key, or group_<i> for presets)
+    std::string where;                    // "FILE:LINE:COL"
+    std::vector<std::string> targets;
+    // False for a group with no `weights` (UNQUANTIZED): modules it claims are
+    // left in full precision.
+    bool quantize_weights = true;
+    QuantScheme weights;
+    // True when the recipe named a scale dtype; otherwise the pipeline stores
+    // scales in the model's dtype (weights.scale_dtype is then F16, a placeholder).
+    bool scale_dtype_set = false;
+    // Canonical activation order: "" (none), "weight" (llm-compressor's
+    // "static": GPTQ permutes columns by diag(H), no g_idx is written) or
+    // "group" ("dynamic", deprecated upstream: g_idx is written). For
+    // GPTQModifier it is already resolved against the modifier's `actorder`
+    // (default "static" -> "weight"); QuantizationModifier (RTN) ignores it.
+    std::string actorder;
+    std::string observer = "minmax";      // "minmax" | "mse" (memoryless_/static_ variants map here)
+    std::map<std::string, std::string> observer_kwargs;  // raw scalars, e.g. {"maxshrink": "0.2"}
+  };
+  std::vector<Group> groups;
+
+  // GPTQModifier
+  int64_t block_size = 128;
+  double dampening_frac = 0.01;
+  bool offload_hessians = false;          // accepted, no effect
+  std::vector<std::string> sequential_targets;  // accepted (older llm-compressor), advisory only
+  // QuantizationMixin
+  bool bypass_divisibility_checks = false;
+};
+
+struct CalibrationSpec {
+  std::string dataset;                    // path; empty: none given (CLI --calib overrides)
+  std::string text_field = "text";        // field of each JSON line holding the text
+  int64_t num_samples = 128;
+  int64_t seq_len = 512;
+  uint64_t seed = 0;
+};
+
+struct ExportSpec {
+  std::string format = "compressed-tensors";  // or "gptq"
+  uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
+};
+
+struct Recipe {
+  std::vector<ModifierSpec> modifiers;    // in recipe order, across stages
+  CalibrationSpec calibration;
+  ExportSpec export_;
+  std::string source;                     // the file name (or the name given to parse_recipe_text)
+  std::string text;                       // the recipe text as read (exporters copy it as recipe.yaml)
+};
+
+// Reads and validates a recipe. Missing file: NotFound; unreadable: Io.
+// A ".md" file is read from its YAML front matter (between "---" lines), as
+// llm-compressor does; line numbers in messages are those of the .md file.
+Recipe parse_recipe_file(const std::filesystem::path& path);
+// `name` is used as FILE in messages.
+Recipe parse_recipe_text(const std::string& yaml, const std::string& name);
+
+// Does `pattern` (a target or ignore entry) select the module? Semantics of
+// compressed-tensors' is_match [compressed-tensors:src/compressed_tensors/utils/match.py]:
+//   "re:REGEX"  Python re.match: the regex must match at the start of the name,
+//               not necessarily the whole name ("re:.*q_proj" also matches
+//               "...q_proj_x"; write "re:.*q_proj$" to anchor). PCRE2 syntax,
+//               which is a superset of what recipes use from Python's re.
+//   otherwise   exact module name ("lm_head", "model.layers.0.mlp.down_proj";
+//               no suffix matching), or the module's class name: "Linear"
+//               matches every Linear, lm_head included.
+bool recipe_matches(const std::string& pattern, const std::string& module_name,
+                    std::string_view module_class = "Linear");
+
+// The group that quantizes `module_name`, or nullopt when the module is not
+// quantized (ignored, matched by no group, or claimed by a group without
+// weights). Precedence when several groups match, as compressed-tensors'
+// apply_quantization_config: exact-name targets first, then "re:" targets,
+// then class-name targets; among names/regexes the alphabetically first
+// target wins; a target listed by several groups belongs to the last of them.
+std::optional<ModifierSpec::Group> scheme_for(const ModifierSpec& m, const std::string& module_name,
+                                              std::string_view module_class = "Linear");
+
+}  // namespace qf

@@ -1,0 +1,557 @@
+#include "recipe/recipe.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+// Parses `text` as "r.yaml" and returns the error, failing when none is thrown.
+Error parse_error(const std::string& text) {
+  try {
+    parse_recipe_text(text, "r.yaml");
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return Error(ErrorKind::Internal, "");
+}
+
+void expect_error(const std::string& text, ErrorKind kind, const std::string& message) {
+  const Error e = parse_error(text);
+  EXPECT_EQ(e.kind(), kind) << e.what();
+  EXPECT_EQ(std::string(e.what()), message);
+}
+
+void expect_scheme(const ModifierSpec::Group& g, int bits, bool sym, QuantStrategy strategy, int64_t group_size) {
+  EXPECT_TRUE(g.quantize_weights);
+  EXPECT_EQ(g.weights.bits, bits);
+  EXPECT_EQ(g.weights.symmetric, sym);
+  EXPECT_EQ(g.weights.strategy, strategy);
+  if (strategy == QuantStrategy::Group) {
+    EXPECT_EQ(g.weights.group_size, group_size);
+  }
+}
+
+const std::filesystem::path kRecipes = std::filesystem::path(QF_SOURCE_DIR) / "recipes";
+
+// ---- the recipes shipped in recipes/ ------------------------------------------
+
+TEST(Recipe, EveryShippedRecipeParses) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kRecipes)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Recipe r = parse_recipe_file(entry.path());
+    ASSERT_FALSE(r.modifiers.empty());
+    for (const auto& m : r.modifiers) {
+      ASSERT_FALSE(m.groups.empty());
+      EXPECT_EQ(m.ignore, std::vector<std::string>{"lm_head"});
+      // Every Linear but lm_head is quantized.
+      EXPECT_TRUE(scheme_for(m, "model.layers.0.self_attn.q_proj").has_value());
+      EXPECT_FALSE(scheme_for(m, "lm_head").has_value());
+    }
+    EXPECT_EQ(r.export_.format, "compressed-tensors");
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+TEST(Recipe, ShippedRecipesHaveTheirSchemes) {
+  struct Case {
+    const char* file;
+    const char* kind;
+    int bits;
+    bool sym;
+    QuantStrategy strategy;
+    const char* actorder;
+  };
+  const Case cases[] = {
+      {"w4a16-gptq.yaml", "GPTQModifier", 4, true, QuantStrategy::Group, "weight"},
+      {"w4a16-rtn.yaml", "QuantizationModifier", 4, true, QuantStrategy::Group, ""},
+      {"w3a16-gptq.yaml", "GPTQModifier", 3, true, QuantStrategy::Group, "weight"},
+      {"w8a16-gptq.yaml", "GPTQModifier", 8, true, QuantStrategy::Channel, "weight"},
+      {"w4a16-asym-gptq.yaml", "GPTQModifier", 4, false, QuantStrategy::Group, "weight"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file);
+    const Recipe r = parse_recipe_file(kRecipes / c.file);
+    ASSERT_EQ(r.modifiers.size(), 1u);
+    const ModifierSpec& m = r.modifiers[0];
+    EXPECT_EQ(m.kind, c.kind);
+    EXPECT_EQ(m.block_size, 128);
+    EXPECT_DOUBLE_EQ(m.dampening_frac, 0.01);
+    ASSERT_EQ(m.groups.size(), 1u);
+    expect_scheme(m.groups[0], c.bits, c.sym, c.strategy, 128);
+    EXPECT_EQ(m.groups[0].actorder, c.actorder);
+    EXPECT_EQ(m.groups[0].observer, "minmax");
+    EXPECT_FALSE(m.groups[0].scale_dtype_set);
+    EXPECT_EQ(r.export_.max_shard_bytes, 5ull << 30);
+    EXPECT_EQ(r.source, (kRecipes / c.file).string());
+  }
+}
+
+// ---- llm-compressor's own recipes ---------------------------------------------
+
+// tests/e2e/recipes/actorder/recipe_w4a16_actorder_weight.yaml (llm-compressor ab1ba3ef), verbatim.
+const char* kLlmcActorderWeight = R"(quant_stage:
+  quant_modifiers:
+    GPTQModifier:
+      ignore: ["lm_head", "re:.*vision_tower.*", "re:.*multi_modal_projector.*", "re:.*visual.*", "re:.*vision_model.*"]
+      actorder: "weight"
+      config_groups:
+        group_0:
+          weights:
+            num_bits: 4
+            type: "int"
+            symmetric: true
+            strategy: "group"
+            group_size: 128
+          targets: ["Linear"]
+)";
+
+// The sample in GPTQModifier's docstring (src/llmcompressor/modifiers/gptq/base.py), verbatim.
+const char* kLlmcGptqDocstring = R"(test_stage:
+  obcq_modifiers:
+    GPTQModifier:
+      block_size: 128
+      dampening_frac: 0.001
+      offload_hessians: False
+      actorder: static
+      config_groups:
+        group_0:
+          targets:
+            - "Linear"
+          input_activations: null
+          output_activations: null
+          weights:
+            num_bits: 8
+            type: "int"
+            symmetric: true
+            strategy: group
+            group_size: 128
+)";
+
+// tests/llmcompressor/transformers/compression/recipes/new_quant_group.yaml, verbatim:
+// the older layout where a bare GPTQModifier quantizes what a QuantizationModifier configured.
+const char* kLlmcLegacyGroup = R"(test_stage:
+    quant_modifiers:
+        QuantizationModifier:
+            ignore: ["lm_head", "model.layers.0.mlp.down_proj"]
+            config_groups:
+                group_0:
+                    weights:
+                        num_bits: 4
+                        type: "int"
+                        symmetric: False
+                        strategy: "group"
+                        group_size: 128
+                    input_activations: null
+                    output_activations: null
+                    targets: ["Linear"]
+        GPTQModifier:
+            block_size: 128)";
+
+// What llm-compressor's Recipe.yaml() writes next to a model after
+// oneshot(recipe=GPTQModifier(targets="Linear", scheme="W4A16", ignore=["lm_head"]))
+// (recipe/utils.py get_yaml_serializable_dict: stage "default", every non-None field).
+const char* kLlmcSerialized = R"(default_stage:
+  default_modifiers:
+    GPTQModifier:
+      targets: [Linear]
+      ignore: [lm_head]
+      scheme: W4A16
+      bypass_divisibility_checks: false
+      block_size: 128
+      dampening_frac: 0.01
+      actorder: static
+      offload_hessians: false
+)";
+
+TEST(Recipe, ParsesLlmCompressorRecipes) {
+  {
+    const Recipe r = parse_recipe_text(kLlmcActorderWeight, "actorder_weight.yaml");
+    ASSERT_EQ(r.modifiers.size(), 1u);
+    const ModifierSpec& m = r.modifiers[0];
+    EXPECT_EQ(m.kind, "GPTQModifier");
+    EXPECT_EQ(m.stage, "quant");
+    EXPECT_EQ(m.group, "quant");
+    EXPECT_EQ(m.where, "actorder_weight.yaml:3:5");
+    EXPECT_EQ(m.ignore.size(), 5u);
+    ASSERT_EQ(m.groups.size(), 1u);
+    EXPECT_EQ(m.groups[0].name, "group_0");
+    EXPECT_EQ(m.groups[0].targets, std::vector<std::string>{"Linear"});
+    expect_scheme(m.groups[0], 4, true, QuantStrategy::Group, 128);
+    EXPECT_EQ(m.groups[0].actorder, "weight");
+    EXPECT_FALSE(scheme_for(m, "model.vision_tower.layers.0.q_proj").has_value());
+    EXPECT_TRUE(scheme_for(m, "model.layers.0.mlp.up_proj").has_value());
+  }
+  {
+    const Recipe r = parse_recipe_text(kLlmcGptqDocstring, "docstring.yaml");
+    ASSERT_EQ(r.modifiers.size(), 1u);
+    const ModifierSpec& m = r.modifiers[0];
+    EXPECT_EQ(m.stage, "test");
+    EXPECT_EQ(m.group, "obcq");
+    EXPECT_DOUBLE_EQ(m.dampening_frac, 0.001);
+    ASSERT_EQ(m.groups.size(), 1u);
+    expect_scheme(m.groups[0], 8, true, QuantStrategy::Group, 128);
+    EXPECT_EQ(m.groups[0].actorder, "weight");  // "static" is an alias of "weight"
+  }
+  {
+    const Recipe r = parse_recipe_text(kLlmcLegacyGroup, "legacy.yaml");
+    ASSERT_EQ(r.modifiers.size(), 1u);  // the QuantizationModifier is folded into GPTQ
+    const ModifierSpec& m = r.modifiers[0];
+    EXPECT_EQ(m.kind, "GPTQModifier");
+    EXPECT_EQ(m.where, "legacy.yaml:16:9");
+    ASSERT_EQ(m.groups.size(), 1u);
+    expect_scheme(m.groups[0], 4, false, QuantStrategy::Group, 128);
+    EXPECT_EQ(m.groups[0].actorder, "weight");
+    EXPECT_FALSE(scheme_for(m, "model.layers.0.mlp.down_proj").has_value());
+    EXPECT_TRUE(scheme_for(m, "model.layers.1.mlp.down_proj").has_value());
+  }
+  {
+    const Recipe r = parse_recipe_text(kLlmcSerialized, "recipe.yaml");
+    ASSERT_EQ(r.modifiers.size(), 1u);
+    EXPECT_EQ(r.modifiers[0].stage, "default");
+    expect_scheme(r.modifiers[0].groups[0], 4, true, QuantStrategy::Group, 128);
+    EXPECT_EQ(r.text, kLlmcSerialized);
+  }
+}
+
+// ---- presets ----------------------------------------------------------------------
+
+Recipe one_modifier(const std::string& modifier_body, const std::string& kind = "GPTQModifier") {
+  return parse_recipe_text("quant_stage:\n  quant_modifiers:\n    " + kind + ":\n" + modifier_body, "r.yaml");
+}
+
+TEST(Recipe, PresetsExpandToCompressedTensorsSchemes) {
+  // compressed-tensors 0.18.0 quant_scheme.py: W4A16 = _int_wnam(4) (int, sym,
+  // group 128); W4A16_ASYM: asym; W8A16 = _int_wnam(8), group 128 since 0.16.0.
+  expect_scheme(one_modifier("      scheme: W4A16\n").modifiers[0].groups[0], 4, true, QuantStrategy::Group, 128);
+  expect_scheme(one_modifier("      scheme: W4A16_ASYM\n").modifiers[0].groups[0], 4, false, QuantStrategy::Group, 128);
+  expect_scheme(one_modifier("      scheme: W8A16\n").modifiers[0].groups[0], 8, true, QuantStrategy::Group, 128);
+  expect_scheme(one_modifier("      scheme: W3A16\n").modifiers[0].groups[0], 3, true, QuantStrategy::Group, 128);
+  expect_scheme(one_modifier("      scheme: w4a16\n").modifiers[0].groups[0], 4, true, QuantStrategy::Group, 128);
+
+  // The preset takes the modifier's targets.
+  const Recipe r = one_modifier("      targets: \"re:.*mlp.*\"\n      scheme: W4A16\n");
+  EXPECT_EQ(r.modifiers[0].groups[0].targets, std::vector<std::string>{"re:.*mlp.*"});
+
+  // {PRESET: targets}: one group per preset.
+  const Recipe mixed = one_modifier(
+      "      scheme:\n        W4A16: [\"re:.*self_attn.*\"]\n        W8A16: \"re:.*mlp.*\"\n"
+      "        UNQUANTIZED: [\"model.layers.0.mlp.down_proj\"]\n");
+  const ModifierSpec& m = mixed.modifiers[0];
+  ASSERT_EQ(m.groups.size(), 3u);
+  EXPECT_EQ(m.groups[0].name, "group_0");
+  EXPECT_EQ(m.groups[1].name, "group_1");
+  EXPECT_FALSE(m.groups[2].quantize_weights);
+  EXPECT_EQ(scheme_for(m, "model.layers.3.self_attn.o_proj")->weights.bits, 4);
+  EXPECT_EQ(scheme_for(m, "model.layers.3.mlp.down_proj")->weights.bits, 8);
+  // An exact name beats a regex: down_proj of layer 0 stays in full precision.
+  EXPECT_FALSE(scheme_for(m, "model.layers.0.mlp.down_proj").has_value());
+  EXPECT_FALSE(scheme_for(m, "lm_head").has_value());  // matched by no group
+}
+
+TEST(Recipe, QuantizationArgsDefaultsAndInference) {
+  auto group = [](const std::string& weights) {
+    return one_modifier("      config_groups:\n        g:\n          targets: [Linear]\n          weights: " + weights +
+                        "\n")
+        .modifiers[0]
+        .groups[0];
+  };
+  // num_bits defaults to 8; no group_size and no strategy: tensor.
+  expect_scheme(group("{}"), 8, true, QuantStrategy::Tensor, 0);
+  expect_scheme(group("{num_bits: 4, group_size: -1}"), 4, true, QuantStrategy::Channel, 0);
+  expect_scheme(group("{num_bits: 4, group_size: 32, symmetric: false}"), 4, false, QuantStrategy::Group, 32);
+  expect_scheme(group("{num_bits: 2, strategy: GROUP, group_size: 64}"), 2, true, QuantStrategy::Group, 64);
+  const auto g = group("{num_bits: 4, strategy: channel, observer: memoryless_mse, scale_dtype: torch.bfloat16}");
+  EXPECT_EQ(g.observer, "mse");
+  EXPECT_TRUE(g.scale_dtype_set);
+  EXPECT_EQ(g.weights.scale_dtype, DType::BF16);
+  // A group without weights quantizes nothing.
+  EXPECT_FALSE(one_modifier("      config_groups:\n        g: {targets: [Linear]}\n").modifiers[0].groups[0].quantize_weights);
+}
+
+TEST(Recipe, GptqActorderResolution) {
+  auto actorder = [](const std::string& body) { return one_modifier(body).modifiers[0].groups[0].actorder; };
+  EXPECT_EQ(actorder("      scheme: W4A16\n"), "weight");  // default "static"
+  EXPECT_EQ(actorder("      scheme: W4A16\n      actorder: null\n"), "");
+  EXPECT_EQ(actorder("      scheme: W4A16\n      actorder: dynamic\n"), "group");
+  EXPECT_EQ(actorder("      scheme: W4A16\n      actorder: true\n"), "group");
+  EXPECT_EQ(actorder("      scheme: W4A16\n      actorder: false\n"), "");
+  // group act-order needs groups; llm-compressor falls back to none.
+  EXPECT_EQ(actorder("      actorder: group\n      config_groups:\n        g:\n          targets: [Linear]\n"
+                     "          weights: {num_bits: 8, strategy: channel}\n"),
+            "");
+  // A group's own actorder stands when the modifier leaves the default.
+  EXPECT_EQ(actorder("      config_groups:\n        g:\n          targets: [Linear]\n"
+                     "          weights: {num_bits: 4, group_size: 128, actorder: group}\n"),
+            "group");
+  // RTN does not reorder.
+  EXPECT_EQ(one_modifier("      scheme: W4A16\n", "QuantizationModifier").modifiers[0].groups[0].actorder, "");
+}
+
+TEST(Recipe, ModifierArguments) {
+  const Recipe r = one_modifier(
+      "      scheme: W4A16\n      block_size: 64\n      dampening_frac: 0.1\n      weight_observer: mse\n"
+      "      sequential_targets: [LlamaDecoderLayer]\n      bypass_divisibility_checks: true\n      group: gptq\n");
+  const ModifierSpec& m = r.modifiers[0];
+  EXPECT_EQ(m.block_size, 64);
+  EXPECT_DOUBLE_EQ(m.dampening_frac, 0.1);
+  EXPECT_EQ(m.groups[0].observer, "mse");
+  EXPECT_EQ(m.sequential_targets, std::vector<std::string>{"LlamaDecoderLayer"});
+  EXPECT_TRUE(m.bypass_divisibility_checks);
+  EXPECT_EQ(m.group, "gptq");
+  EXPECT_EQ(m.targets, std::vector<std::string>{"Linear"});
+
+  // Two stages run in file order.
+  const Recipe two = parse_recipe_text(
+      "first_stage:\n  a_modifiers:\n    QuantizationModifier: {scheme: W8A16, targets: \"re:.*mlp.*\"}\n"
+      "second_stage:\n  b_modifiers:\n    GPTQModifier: {scheme: W4A16, targets: \"re:.*self_attn.*\"}\n",
+      "two.yaml");
+  ASSERT_EQ(two.modifiers.size(), 2u);
+  EXPECT_EQ(two.modifiers[0].kind, "QuantizationModifier");
+  EXPECT_EQ(two.modifiers[0].stage, "first");
+  EXPECT_EQ(two.modifiers[1].kind, "GPTQModifier");
+  EXPECT_EQ(two.modifiers[1].stage, "second");
+}
+
+TEST(Recipe, CalibrationAndExportSections) {
+  const Recipe r = parse_recipe_text(
+      "quant_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\n"
+      "calibration:\n  dataset: data/calib.jsonl\n  text_field: content\n  num_samples: 256\n  seq_len: 2048\n"
+      "  seed: 7\nexport:\n  format: gptq\n  shard_size: 2GB\n",
+      "r.yaml");
+  EXPECT_EQ(r.calibration.dataset, "data/calib.jsonl");
+  EXPECT_EQ(r.calibration.text_field, "content");
+  EXPECT_EQ(r.calibration.num_samples, 256);
+  EXPECT_EQ(r.calibration.seq_len, 2048);
+  EXPECT_EQ(r.calibration.seed, 7u);
+  EXPECT_EQ(r.export_.format, "gptq");
+  EXPECT_EQ(r.export_.max_shard_bytes, 2000000000ull);
+
+  const Recipe d = one_modifier("      scheme: W4A16\n");
+  EXPECT_EQ(d.calibration.dataset, "");
+  EXPECT_EQ(d.calibration.text_field, "text");
+  EXPECT_EQ(d.calibration.num_samples, 128);
+  EXPECT_EQ(d.calibration.seq_len, 512);
+  EXPECT_EQ(d.export_.format, "compressed-tensors");
+  EXPECT_EQ(d.export_.max_shard_bytes, 5ull << 30);
+
+  auto shard = [](const std::string& v) {
+    return parse_recipe_text("q_stage:\n  q_modifiers:\n    GPTQModifier: {scheme: W4A16}\nexport: {shard_size: " + v +
+                                 "}\n",
+                             "r.yaml")
+        .export_.max_shard_bytes;
+  };
+  EXPECT_EQ(shard("4GiB"), 4ull << 30);
+  EXPECT_EQ(shard("500MB"), 500000000ull);
+  EXPECT_EQ(shard("1000000"), 1000000ull);
+  EXPECT_EQ(shard("\"300 mib\""), 300ull << 20);
+}
+
+// ---- matching -----------------------------------------------------------------------
+
+TEST(Recipe, MatchesLikeCompressedTensors) {
+  const std::string q = "model.layers.0.self_attn.q_proj";
+  EXPECT_TRUE(recipe_matches("Linear", q));
+  EXPECT_TRUE(recipe_matches("Linear", "lm_head"));
+  EXPECT_FALSE(recipe_matches("Linear", "model.embed_tokens", "Embedding"));
+  EXPECT_TRUE(recipe_matches("Embedding", "model.embed_tokens", "Embedding"));
+  EXPECT_TRUE(recipe_matches(q, q));
+  EXPECT_FALSE(recipe_matches("q_proj", q));               // no suffix matching
+  EXPECT_FALSE(recipe_matches("self_attn.q_proj", q));
+  EXPECT_TRUE(recipe_matches("re:.*q_proj", q));
+  EXPECT_TRUE(recipe_matches("re:.*q_proj", q + "_extra"));  // re.match: anchored at the start only
+  EXPECT_FALSE(recipe_matches("re:.*q_proj$", q + "_extra"));
+  EXPECT_FALSE(recipe_matches("re:layers", q));              // ... but anchored there
+  EXPECT_TRUE(recipe_matches("re:model\\.layers\\.0\\.", q));
+  EXPECT_TRUE(recipe_matches("re:.*self_attn\\.(k|q|o|v)_proj$", q));
+  EXPECT_FALSE(recipe_matches("re:.*mlp\\.(down|gate|up)_proj$", q));
+}
+
+TEST(Recipe, SchemeForHonoursIgnoreAndPrecedence) {
+  const Recipe r = one_modifier(
+      "      ignore: [lm_head, \"re:.*layers\\\\.1\\\\..*\"]\n"
+      "      config_groups:\n"
+      "        by_class:\n          targets: [Linear]\n          weights: {num_bits: 4, group_size: 128}\n"
+      "        by_regex_b:\n          targets: [\"re:.*mlp.*\"]\n          weights: {num_bits: 6, group_size: 64}\n"
+      "        by_regex_a:\n          targets: [\"re:.*down_proj$\"]\n          weights: {num_bits: 5, group_size: 32}\n"
+      "        by_name:\n          targets: [model.layers.0.mlp.down_proj]\n          weights: {num_bits: 8, group_size: -1}\n");
+  const ModifierSpec& m = r.modifiers[0];
+  ASSERT_EQ(m.groups.size(), 4u);
+  EXPECT_FALSE(scheme_for(m, "lm_head").has_value());
+  EXPECT_FALSE(scheme_for(m, "model.layers.1.self_attn.q_proj").has_value());
+  EXPECT_EQ(scheme_for(m, "model.layers.0.self_attn.q_proj")->name, "by_class");
+  EXPECT_EQ(scheme_for(m, "model.layers.0.mlp.gate_proj")->name, "by_regex_b");
+  // Two regexes match: the alphabetically first ("re:.*down..." < "re:.*mlp...") wins.
+  EXPECT_EQ(scheme_for(m, "model.layers.2.mlp.down_proj")->name, "by_regex_a");
+  EXPECT_EQ(scheme_for(m, "model.layers.0.mlp.down_proj")->name, "by_name");
+  EXPECT_EQ(scheme_for(m, "model.layers.0.mlp.down_proj")->weights.strategy, QuantStrategy::Channel);
+  // Not a Linear: only name targets could match it.
+  EXPECT_FALSE(scheme_for(m, "model.embed_tokens", "Embedding").has_value());
+}
+
+// ---- errors: "FILE:LINE:COL: what (hint)" ---------------------------------------
+
+TEST(Recipe, ErrorUnknownModifier) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifer:\n      scheme: W4A16\n", ErrorKind::InvalidInput,
+               "r.yaml:3:5: unknown modifier 'GPTQModifer' (did you mean 'GPTQModifier'?)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    AWQModifier: {}\n    GPTQModifier: {scheme: W4A16}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:3:5: AWQModifier is not supported yet (supported modifiers: GPTQModifier, QuantizationModifier)");
+}
+
+TEST(Recipe, ErrorUnknownKey) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      blok_size: 64\n",
+               ErrorKind::InvalidInput, "r.yaml:5:7: GPTQModifier: unknown key 'blok_size' (did you mean 'block_size'?)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: W4A16\n      xyz: 1\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:5:7: QuantizationModifier: unknown key 'xyz' (valid keys: config_groups, targets, ignore, scheme, "
+               "kv_cache_scheme, weight_observer, input_observer, output_observer, observer, "
+               "bypass_divisibility_checks, index, group, start, end, update, requires_calibration_data)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: W4A16\n      block_size: 64\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:5:7: QuantizationModifier: unknown key 'block_size' ('block_size' is a GPTQModifier argument; "
+               "QuantizationModifier rounds to nearest)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 4, groupsize: 128}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:34: GPTQModifier.config_groups.g.weights: unknown key 'groupsize' (did you mean 'group_size'?)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\ncalibration:\n  num_sample: 5\n",
+               ErrorKind::InvalidInput, "r.yaml:5:3: calibration: unknown key 'num_sample' (did you mean 'num_samples'?)");
+  expect_error("modifiers:\n  - GPTQModifier: {scheme: W4A16}\n", ErrorKind::InvalidInput,
+               "r.yaml:1:1: unknown key 'modifiers' (llm-compressor recipes put modifiers under '<name>_stage: "
+               "<name>_modifiers:', e.g. 'quant_stage: {quant_modifiers: {GPTQModifier: {scheme: W4A16}}}')");
+  expect_error("quant_stage:\n  GPTQModifier: {scheme: W4A16}\n", ErrorKind::InvalidInput,
+               "r.yaml:2:3: quant_stage: unknown key 'GPTQModifier' (put modifiers under a group key ending in "
+               "'_modifiers', e.g. 'quant_modifiers: GPTQModifier: ...')");
+}
+
+TEST(Recipe, ErrorWrongType) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
+               "          targets: [Linear]\n          weights:\n            num_bits: four\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:8:23: GPTQModifier.config_groups.group_0.weights.num_bits: expected an integer, got 'four'");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      block_size: [1]\n",
+               ErrorKind::InvalidInput, "r.yaml:5:19: GPTQModifier.block_size: expected an integer, got a list");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights:\n            num_bits:\n            group_size: 64\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:8:13: GPTQModifier.config_groups.g.weights.num_bits: expected a value, got null");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      dampening_frac: lots\n",
+               ErrorKind::InvalidInput, "r.yaml:5:23: GPTQModifier.dampening_frac: expected a number, got 'lots'");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {symmetric: \"maybe\"}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:32: GPTQModifier.config_groups.g.weights.symmetric: expected true or false, got the string "
+               "\"maybe\"");
+}
+
+TEST(Recipe, ErrorImpossibleCombinations) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 4, strategy: group}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:44: GPTQModifier.config_groups.group_0.weights: strategy 'group' needs a positive group_size "
+               "(e.g. group_size: 128)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 4, group_size: 0}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:46: GPTQModifier.config_groups.group_0.weights.group_size: must be > 0 (strategy group) or -1 "
+               "(channel), got 0");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 4, group_size: 64, strategy: channel}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:46: GPTQModifier.config_groups.group_0.weights.group_size: group_size 64 needs strategy "
+               "'group' (strategy is 'channel')");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      config_groups:\n"
+               "        g: {targets: [Linear]}\n",
+               ErrorKind::InvalidInput, "r.yaml:5:7: GPTQModifier: set either 'scheme' or 'config_groups', not both");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      actorder: weight\n      config_groups:\n"
+               "        group_0:\n          targets: [Linear]\n"
+               "          weights: {num_bits: 4, group_size: 128, actorder: group}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:4:7: GPTQModifier.actorder: 'weight' conflicts with actorder 'group' of group_0 (remove one of "
+               "them)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      block_size: 128\n", ErrorKind::InvalidInput,
+               "r.yaml:3:5: GPTQModifier: nothing to quantize (set 'scheme: W4A16' or 'config_groups', or put a "
+               "QuantizationModifier with a scheme before it)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\n    GPTQModifier: {scheme: W8A16}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:4:5: quant_stage.quant_modifiers: duplicate key 'GPTQModifier' (first at line 3)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      ignore: [\"re:(x\"]\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:5:16: GPTQModifier.ignore: 're:(x': invalid regular expression: missing closing parenthesis at "
+               "offset 2");
+}
+
+TEST(Recipe, ErrorYamlSyntax) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      ignore: [lm_head\n",
+               ErrorKind::InvalidInput, "r.yaml:6:1: YAML syntax error: end of sequence flow not found");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n     ignore: x\n",
+               ErrorKind::InvalidInput, "r.yaml:5:6: YAML syntax error: end of map not found");
+  expect_error("quant_stage:\n  quant_modifiers: b: c\n", ErrorKind::InvalidInput,
+               "r.yaml:2:21: YAML syntax error: illegal map value");
+  expect_error("", ErrorKind::InvalidInput, "r.yaml:1:1: empty recipe (expected a mapping with a '<name>_stage:' key)");
+}
+
+TEST(Recipe, ErrorUnsupportedPreset) {
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W8A8\n", ErrorKind::Unsupported,
+               "r.yaml:4:15: GPTQModifier.scheme: preset 'W8A8' is not supported yet (supported presets: W4A16, "
+               "W4A16_ASYM, W8A16, W2A16..W7A16, UNQUANTIZED; activation and float quantization are future work)");
+  for (const char* p : {"FP8", "FP8_DYNAMIC", "NVFP4", "NVFP4A16", "MXFP4", "W4AFP8", "INT8", "W4A8"}) {
+    const Error e =
+        parse_error(std::string("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: ") + p + "\n");
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << p << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("r.yaml:4:15: "), std::string::npos) << e.what();
+  }
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A61\n", ErrorKind::InvalidInput,
+               "r.yaml:4:15: GPTQModifier.scheme: unknown preset scheme 'W4A61' (did you mean 'W4A16'?)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 8, type: float}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:7:40: GPTQModifier.config_groups.g.weights.type: float weights (FP8, NVFP4, MXFP) are not "
+               "supported yet");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 8}\n"
+               "          input_activations: {num_bits: 8, strategy: token, dynamic: true}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:8:30: GPTQModifier.config_groups.g.input_activations: activation quantization is not supported "
+               "yet (weight-only schemes only)");
+}
+
+TEST(Recipe, FilesAndMarkdownCards) {
+  test::TempDir dir;
+  EXPECT_THROW(
+      {
+        try {
+          parse_recipe_file(dir / "missing.yaml");
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+          throw;
+        }
+      },
+      Error);
+  test::write_file(dir / "card.md",
+                   "# A model card\n\ntext\n\n---\nquant_stage:\n  quant_modifiers:\n    GPTQModifier:\n"
+                   "      scheme: W4A16\n---\n\nmore text\n");
+  const Recipe r = parse_recipe_file(dir / "card.md");
+  ASSERT_EQ(r.modifiers.size(), 1u);
+  EXPECT_EQ(r.modifiers[0].where, (dir / "card.md").string() + ":8:5");  // lines of the .md file
+  test::write_file(dir / "bad.yaml", "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n"
+                                     "      block_size: -3\n");
+  try {
+    parse_recipe_file(dir / "bad.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "bad.yaml").string() + ":5:19: GPTQModifier.block_size: must be >= 1, got -3");
+  }
+}
+
+}  // namespace
+}  // namespace qf
