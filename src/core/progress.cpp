@@ -84,7 +84,8 @@ void Progress::draw(bool final_line) {
     if (total_) {
       const int width = 28;
       int fill = static_cast<int>(width * std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_)));
-      bar = "[" + std::string(fill, '#') + std::string(width - fill, '.') + "] ";
+      bar = "[";  // appended piecewise: GCC 12's -Wrestrict misfires on "literal" + std::string
+      bar.append(static_cast<size_t>(fill), '#').append(static_cast<size_t>(width - fill), '.').append("] ");
     }
     std::fprintf(out(), "\r\033[K%s %s%s%s", label_.c_str(), bar.c_str(), tail.c_str(), final_line ? "\n" : "");
   } else {

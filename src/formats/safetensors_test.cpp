@@ -272,7 +272,7 @@ TEST(Safetensors, WriterDestroyedBeforeFinishLeavesNoFiles) {
   {
     SafetensorsWriter w(dir.path, "model", 16);
     w.set_metadata({{"k", "v"}});
-    for (int i = 0; i < 5; ++i) w.add("t" + std::to_string(i), pattern(DType::F32, {3}, i));
+    for (int i = 0; i < 5; ++i) w.add(std::string("t").append(std::to_string(i)), pattern(DType::F32, {3}, i));
     EXPECT_FALSE(dir.listing().empty()) << "data is streamed to temporaries as it is added";
     EXPECT_FALSE(fs::exists(dir.path / "model.safetensors"));
     EXPECT_FALSE(fs::exists(dir.path / "model-00001-of-00005.safetensors"));
@@ -370,7 +370,7 @@ std::string u8_entry(const std::string& name, int begin, int end) {
 void shard(const fs::path& dir, const std::string& file, const std::vector<std::string>& names) {
   std::string header = "{";
   for (size_t i = 0; i < names.size(); ++i)
-    header += (i ? "," : "") + u8_entry(names[i], static_cast<int>(4 * i), static_cast<int>(4 * i + 4));
+    header.append(i ? "," : "").append(u8_entry(names[i], static_cast<int>(4 * i), static_cast<int>(4 * i + 4)));
   write_bytes(dir / file, raw_file(header + "}", std::string(4 * names.size(), 'x')));
 }
 
