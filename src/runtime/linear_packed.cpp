@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "formats/export/pack.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 
@@ -19,16 +20,9 @@ class PackedLinear final : public Linear {
       : Linear(q.cols, q.rows), bits_(q.scheme.bits), strategy_(q.scheme.strategy), group_size_(q.scheme.group_size),
         groups_(q.n_groups()), words_(static_cast<int64_t>((q.cols * q.scheme.bits + 31) / 32)), scales_(q.scales),
         zeros_(q.zeros), g_idx_(q.g_idx), bias_(std::move(bias)), format_(q.scheme.describe()) {
-    packed_.assign(static_cast<size_t>(rows() * words_), 0u);
-    for (int64_t r = 0; r < rows(); ++r) {
-      uint32_t* dst = packed_.data() + r * words_;
-      for (int64_t c = 0; c < in_; ++c) {
-        const uint64_t bit = static_cast<uint64_t>(c) * static_cast<uint64_t>(bits_);
-        const uint32_t v = q.q[static_cast<size_t>(r * in_ + c)];
-        dst[bit / 32] |= v << (bit % 32);
-        if (bit % 32 + static_cast<uint64_t>(bits_) > 32) dst[bit / 32 + 1] |= v >> (32 - bit % 32);
-      }
-    }
+    // compressed-tensors' weight_packed layout, as the exporter writes it.
+    const std::vector<int32_t> words = pack_int32_rows(q.q.data(), q.rows, q.cols, q.scheme.bits);
+    packed_.assign(words.begin(), words.end());
   }
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/export/checked_tensor.h"
 #include "formats/export/pack.h"
 
 namespace qf {
@@ -18,28 +19,6 @@ std::vector<uint8_t> scales_as(const std::vector<float>& s, DType dt) {
   return out;
 }
 
-// The checkpoint tensor `name`, checked for dtype and shape.
-Tensor fetch(const Checkpoint& ck, const std::string& name, std::initializer_list<DType> dtypes, const Shape& shape) {
-  const TensorInfo& info = ck.info(name);
-  bool ok = false;
-  std::string want;
-  for (DType d : dtypes) {
-    ok = ok || info.dtype == d;
-    want += (want.empty() ? "" : " or ") + std::string(safetensors_dtype_name(d));
-  }
-  if (!ok)
-    throw invalid_input(name, std::string("dtype is ") + safetensors_dtype_name(info.dtype) + ", expected " + want);
-  if (info.shape != shape)
-    throw invalid_input(name, "shape is " + shape_str(info.shape) + ", expected " + shape_str(shape));
-  return ck.tensor(name);
-}
-
-template <typename T>
-std::vector<T> copy_out(const Tensor& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  if (!v.empty()) std::memcpy(v.data(), t.data(), v.size() * sizeof(T));
-  return v;
-}
 
 const json& field(const json& j, const char* key) {
   static const json kNull;
@@ -154,7 +133,7 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   QuantScheme& s = q.scheme;
 
   const std::string shape_name = prefix + ".weight_shape";
-  const auto shape = copy_out<int64_t>(fetch(ck, shape_name, {DType::I64}, {2}));
+  const auto shape = copy_elements<int64_t>(fetch_checked(ck, shape_name, {DType::I64}, {2}));
   if (shape[0] < 1 || shape[1] < 1)
     throw invalid_input(shape_name, "weight shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "] is empty");
   const int64_t out = shape[0], in = shape[1];
@@ -162,7 +141,7 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   q.cols = in;
 
   const std::string packed_name = prefix + ".weight_packed";
-  const auto packed = copy_out<int32_t>(fetch(ck, packed_name, {DType::I32}, {out, packed_words(in, s.bits)}));
+  const auto packed = copy_elements<int32_t>(fetch_checked(ck, packed_name, {DType::I32}, {out, packed_words(in, s.bits)}));
   q.q = unpack_int32_rows(packed.data(), out, in, s.bits);
 
   const int64_t G = q.n_groups();
@@ -172,7 +151,7 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
     case QuantStrategy::Channel: scale_shape = {out, 1}; break;
     case QuantStrategy::Group: scale_shape = {out, G}; break;
   }
-  const Tensor scale = fetch(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, scale_shape);
+  const Tensor scale = fetch_checked(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, scale_shape);
   s.scale_dtype = scale.dtype();
   q.scales = scale.to_f32_vector();
 
@@ -181,21 +160,21 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   if (s.symmetric) {
     q.zeros.assign(np, s.sym_zero());
   } else if (s.strategy == QuantStrategy::Tensor) {
-    const auto zp = copy_out<int8_t>(fetch(ck, zp_name, {DType::I8}, {1}));
+    const auto zp = copy_elements<int8_t>(fetch_checked(ck, zp_name, {DType::I8}, {1}));
     const int32_t z = zp[0] + s.sym_zero();
     if (z < 0 || z > s.qmax())
       throw invalid_input(zp_name, "zero point " + std::to_string(zp[0]) + " is outside the signed " +
                                        std::to_string(s.bits) + "-bit range");
     q.zeros.assign(1, z);
   } else {
-    const auto zp = copy_out<int32_t>(fetch(ck, zp_name, {DType::I32}, {packed_words(out, s.bits), G}));
+    const auto zp = copy_elements<int32_t>(fetch_checked(ck, zp_name, {DType::I32}, {packed_words(out, s.bits), G}));
     const auto z = unpack_int32_cols(zp.data(), out, G, s.bits);
     q.zeros.assign(z.begin(), z.end());
   }
 
   const std::string g_name = prefix + ".weight_g_idx";
   if (actorder_group) {
-    q.g_idx = copy_out<int32_t>(fetch(ck, g_name, {DType::I32}, {in}));
+    q.g_idx = copy_elements<int32_t>(fetch_checked(ck, g_name, {DType::I32}, {in}));
   } else if (ck.contains(g_name)) {
     throw invalid_input(g_name, "present, but the scheme's actorder is not \"group\"");
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/export/checked_tensor.h"
 #include "formats/export/pack.h"
 
 namespace qf {
@@ -12,27 +13,6 @@ using json = nlohmann::json;
 
 bool gptq_bits(int b) { return b == 2 || b == 3 || b == 4 || b == 8; }
 
-Tensor fetch(const Checkpoint& ck, const std::string& name, std::initializer_list<DType> dtypes, const Shape& shape) {
-  const TensorInfo& info = ck.info(name);
-  bool ok = false;
-  std::string want;
-  for (DType d : dtypes) {
-    ok = ok || info.dtype == d;
-    want += (want.empty() ? "" : " or ") + std::string(safetensors_dtype_name(d));
-  }
-  if (!ok)
-    throw invalid_input(name, std::string("dtype is ") + safetensors_dtype_name(info.dtype) + ", expected " + want);
-  if (info.shape != shape)
-    throw invalid_input(name, "shape is " + shape_str(info.shape) + ", expected " + shape_str(shape));
-  return ck.tensor(name);
-}
-
-template <typename T>
-std::vector<T> copy_out(const Tensor& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  if (!v.empty()) std::memcpy(v.data(), t.data(), v.size() * sizeof(T));
-  return v;
-}
 
 // [rows, cols] -> [cols, rows]
 template <typename T>
@@ -192,16 +172,16 @@ QuantizedTensor read_gptq_linear(const Checkpoint& ck, const std::string& prefix
   q.cols = K;
   const int64_t G = q.n_groups();
 
-  const auto qweight = copy_out<int32_t>(ck.tensor(qw_name));
+  const auto qweight = copy_elements<int32_t>(ck.tensor(qw_name));
   const auto rows = transpose(qweight, KW, N);  // [N, KW]
   q.q = unpack_int32_rows(rows.data(), N, K, b);
 
-  const Tensor scales = fetch(ck, prefix + ".scales", {DType::F16, DType::BF16, DType::F32}, {G, N});
+  const Tensor scales = fetch_checked(ck, prefix + ".scales", {DType::F16, DType::BF16, DType::F32}, {G, N});
   s.scale_dtype = scales.dtype();
   const auto sc = scales.to_f32_vector();  // [G, N]
 
   const std::string qz_name = prefix + ".qzeros";
-  const auto qzeros = copy_out<int32_t>(fetch(ck, qz_name, {DType::I32}, {G, N * b / 32}));
+  const auto qzeros = copy_elements<int32_t>(fetch_checked(ck, qz_name, {DType::I32}, {G, N * b / 32}));
   const auto zf = unpack_int32_rows(qzeros.data(), G, N, b);  // [G, N]
 
   q.scales.resize(static_cast<size_t>(N * G));
@@ -223,7 +203,7 @@ QuantizedTensor read_gptq_linear(const Checkpoint& ck, const std::string& prefix
 
   const std::string g_name = prefix + ".g_idx";
   if (ck.contains(g_name)) {
-    auto g_idx = copy_out<int32_t>(fetch(ck, g_name, {DType::I32}, {K}));
+    auto g_idx = copy_elements<int32_t>(fetch_checked(ck, g_name, {DType::I32}, {K}));
     bool identity = true;
     for (int64_t k = 0; k < K && identity; ++k) {
       const int64_t def = s.strategy == QuantStrategy::Group ? k / s.group_size : 0;
