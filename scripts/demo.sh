@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the bundled fixture model: installs dependencies, builds the
-# CLI, inspects the fixture, quantizes it to GGUF Q4_K_M, generates from the
-# quantized file and evaluates it against the f16 model on the held-out text
-# with a KL-divergence gate. Without the fixture (a partial checkout) it
+# CLI, inspects the fixture, quantizes it to GGUF Q4_K_M and (GPTQ, from
+# recipes/w4a16-gptq.yaml) to a compressed-tensors W4A16 checkpoint, generates
+# from the GGUF file and evaluates both against the f16 model on the held-out
+# text with a KL-divergence gate. Without the fixture (a partial checkout) it
 # inspects a small generated checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +29,10 @@ echo "== quantforge generate build/demo/fixture-Q4_K_M.gguf --prompt 'The Presid
 echo "== quantforge eval build/demo/fixture-Q4_K_M.gguf --baseline $model (gate: mean KL <= 0.01)" >&2
 "$qf" eval build/demo/fixture-Q4_K_M.gguf --text tests/data/text/evaluation.txt --max-chunks 40 \
   --baseline "$model" --max-kld 0.01 --json build/demo/eval.json
-echo "== report: build/demo/eval.json" >&2
+rm -rf build/demo/fixture-w4a16-gptq
+echo "== quantforge quantize $model --recipe recipes/w4a16-gptq.yaml -o build/demo/fixture-w4a16-gptq" >&2
+"$qf" quantize "$model" --recipe recipes/w4a16-gptq.yaml -o build/demo/fixture-w4a16-gptq
+echo "== quantforge eval build/demo/fixture-w4a16-gptq --baseline $model (gate: mean KL <= 0.01)" >&2
+"$qf" eval build/demo/fixture-w4a16-gptq --text tests/data/text/evaluation.txt --max-chunks 40 \
+  --baseline "$model" --max-kld 0.01 --json build/demo/eval-gptq.json
+echo "== reports: build/demo/eval.json, build/demo/eval-gptq.json" >&2

@@ -120,7 +120,12 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
 
   std::vector<std::vector<int32_t>> samples;
   if (gptq) {
-    const fs::path calib = !job.calib.empty() ? job.calib : fs::path(recipe.calibration.dataset);
+    // A relative calibration.dataset is relative to the recipe file.
+    fs::path calib = job.calib;
+    if (calib.empty() && !recipe.calibration.dataset.empty()) {
+      calib = recipe.calibration.dataset;
+      if (calib.is_relative()) calib = job.recipe.parent_path() / calib;
+    }
     if (calib.empty())
       throw Error(ErrorKind::Usage, "GPTQ needs calibration data: give --calib FILE or calibration.dataset in the recipe");
     CalibrationOptions co;

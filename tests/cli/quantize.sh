@@ -7,8 +7,8 @@ calib="$SRC/tests/data/text/calibration.txt"
 evaltxt="$SRC/tests/data/text/evaluation.txt"
 rec="$SRC/tests/data/recipes"
 
-"$QF" quantize "$fx" --recipe "$rec/w4-gptq.yaml" --calib "$calib" -o "$WORK/q" >"$WORK/q.out" 2>"$WORK/q.err" \
-  && ok "quantize with GPTQ" || fail "quantize: $(cat "$WORK/q.err")"
+"$QF" quantize "$fx" --recipe "$rec/w4-gptq.yaml" -o "$WORK/q" >"$WORK/q.out" 2>"$WORK/q.err" \
+  && ok "quantize with GPTQ (calibration.dataset relative to the recipe)" || fail "quantize: $(cat "$WORK/q.err")"
 grep -q "^layer 4/4: 7 linears" "$WORK/q.err" && grep -q "relative output error" "$WORK/q.out" \
   && ok "per-layer progress and summary" || fail "progress: $(cat "$WORK/q.err" "$WORK/q.out")"
 $PY - "$WORK/q" <<'PYEOF' && ok "compressed-tensors checkpoint layout" || fail "layout of $WORK/q"
@@ -49,7 +49,8 @@ expect_exit 3 "bad-group.yaml:7:9: group_size 96 does not divide" -- "$QF" quant
 [[ ! -e "$WORK/b" ]] && ok "no output after a failed quantize" || fail "output left behind"
 printf 'quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      dampening: 0.1\n' >"$WORK/typo.yaml"
 expect_exit 3 "typo.yaml:5:7" -- "$QF" quantize "$fx" --recipe "$WORK/typo.yaml" -o "$WORK/c" --calib "$calib"
-expect_exit 2 "needs calibration data" -- "$QF" quantize "$fx" --recipe "$SRC/recipes/w4a16-gptq.yaml" -o "$WORK/d"
+printf 'quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      ignore: [lm_head]\n' >"$WORK/nocal.yaml"
+expect_exit 2 "needs calibration data" -- "$QF" quantize "$fx" --recipe "$WORK/nocal.yaml" -o "$WORK/d"
 expect_exit 2 "--max-memory must be a size" -- "$QF" quantize "$fx" --recipe "$rec/w4-rtn.yaml" -o "$WORK/e" --max-memory lots
 
 finish
