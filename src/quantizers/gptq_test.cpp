@@ -20,15 +20,6 @@ using AO = GptqOptions::ActOrder;
 using RowMatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-QuantScheme make(int bits, bool sym, QuantStrategy st, int64_t gs = 128) {
-  QuantScheme s;
-  s.bits = bits;
-  s.symmetric = sym;
-  s.strategy = st;
-  s.group_size = gs;
-  return s;
-}
-
 // Platform-independent pseudo-Gaussian data (xorshift64*, sum of 4 uniforms).
 std::vector<float> gaussian(int64_t n, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -141,11 +132,11 @@ TEST(Gptq, BeatsRtnOnCorrelatedInputs) {
   const HessianAccumulator& H = hessian_of(L);
   struct Case { QuantScheme s; AO ao; double max_ratio; };
   const std::vector<Case> cases = {
-      {make(4, true, QuantStrategy::Group, 128), AO::None, 0.8},   {make(4, true, QuantStrategy::Group, 128), AO::Static, 0.8},
-      {make(4, true, QuantStrategy::Group, 128), AO::Group, 0.8},  {make(4, true, QuantStrategy::Group, 128), AO::Weight, 0.8},
-      {make(3, true, QuantStrategy::Group, 128), AO::None, 0.8},   {make(3, false, QuantStrategy::Group, 128), AO::Group, 0.8},
-      {make(3, true, QuantStrategy::Group, 128), AO::Weight, 0.8}, {make(8, true, QuantStrategy::Channel, 0), AO::None, 0.8},
-      {make(8, true, QuantStrategy::Channel, 0), AO::Group, 0.8},  {make(4, false, QuantStrategy::Group, 32), AO::Group, 0.8},
+      {QuantScheme::make(4, true, QuantStrategy::Group, 128), AO::None, 0.8},   {QuantScheme::make(4, true, QuantStrategy::Group, 128), AO::Static, 0.8},
+      {QuantScheme::make(4, true, QuantStrategy::Group, 128), AO::Group, 0.8},  {QuantScheme::make(4, true, QuantStrategy::Group, 128), AO::Weight, 0.8},
+      {QuantScheme::make(3, true, QuantStrategy::Group, 128), AO::None, 0.8},   {QuantScheme::make(3, false, QuantStrategy::Group, 128), AO::Group, 0.8},
+      {QuantScheme::make(3, true, QuantStrategy::Group, 128), AO::Weight, 0.8}, {QuantScheme::make(8, true, QuantStrategy::Channel, 0), AO::None, 0.8},
+      {QuantScheme::make(8, true, QuantStrategy::Channel, 0), AO::Group, 0.8},  {QuantScheme::make(4, false, QuantStrategy::Group, 32), AO::Group, 0.8},
   };
   for (const Case& c : cases) {
     GptqOptions o;
@@ -175,7 +166,7 @@ TEST(Gptq, ActOrderGroupIndex) {
   const HessianAccumulator& H = hessian_of(L);
   GptqOptions o;
   o.actorder = AO::Group;
-  const QuantScheme s = make(4, true, QuantStrategy::Group, 64);
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 64);
   const GptqResult g = gptq_quantize(L.W.data(), L.rows, L.cols, H, s, o, "layer");
   ASSERT_EQ(g.q.g_idx.size(), static_cast<size_t>(L.cols));
   // g_idx[perm[j]] = j / 64 with perm = argsort(diag(H), descending).
@@ -200,10 +191,10 @@ TEST(Gptq, DeterministicAcrossThreadCounts) {
     GptqOptions o;
     o.actorder = ao;
     o.pool = &one;
-    const GptqResult a = gptq_quantize(L.W.data(), L.rows, L.cols, H, make(4, false, QuantStrategy::Group, 64), o, "l");
+    const GptqResult a = gptq_quantize(L.W.data(), L.rows, L.cols, H, QuantScheme::make(4, false, QuantStrategy::Group, 64), o, "l");
     o.pool = &four;
-    const GptqResult b = gptq_quantize(L.W.data(), L.rows, L.cols, H, make(4, false, QuantStrategy::Group, 64), o, "l");
-    const GptqResult c = gptq_quantize(L.W.data(), L.rows, L.cols, H, make(4, false, QuantStrategy::Group, 64), o, "l");
+    const GptqResult b = gptq_quantize(L.W.data(), L.rows, L.cols, H, QuantScheme::make(4, false, QuantStrategy::Group, 64), o, "l");
+    const GptqResult c = gptq_quantize(L.W.data(), L.rows, L.cols, H, QuantScheme::make(4, false, QuantStrategy::Group, 64), o, "l");
     EXPECT_EQ(a.q.q, b.q.q);
     EXPECT_EQ(a.q.scales, b.q.scales);
     EXPECT_EQ(a.q.zeros, b.q.zeros);
@@ -220,7 +211,7 @@ TEST(Gptq, BlockSizeVersusGroupSize) {
   const Layer& L = layer();
   const HessianAccumulator& H = hessian_of(L);
   for (int64_t gs : {int64_t{32}, int64_t{128}}) {
-    const QuantScheme s = make(4, true, QuantStrategy::Group, gs);
+    const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, gs);
     GptqOptions o;
     o.block_size = 128;
     const GptqResult ref = gptq_quantize(L.W.data(), L.rows, L.cols, H, s, o, "l");
@@ -314,7 +305,7 @@ TEST(Gptq, MatchesNaiveReference) {
   const Layer L = make_layer(32, 128, 512, 17);
   HessianAccumulator H(L.cols);
   H.add(L.X.data(), L.n, L.cols);
-  const QuantScheme s = make(4, false, QuantStrategy::Group, 32);
+  const QuantScheme s = QuantScheme::make(4, false, QuantStrategy::Group, 32);
   for (AO ao : {AO::None, AO::Static, AO::Group, AO::Weight})
     for (int64_t bs : {int64_t{128}, int64_t{16}, int64_t{48}}) {
       GptqOptions o;
@@ -340,7 +331,7 @@ TEST(Gptq, DeadColumns) {
   for (AO ao : {AO::None, AO::Static, AO::Group, AO::Weight}) {
     GptqOptions o;
     o.actorder = ao;
-    const GptqResult g = gptq_quantize(L.W.data(), L.rows, L.cols, H, make(4, true, QuantStrategy::Group, 32), o, "dead");
+    const GptqResult g = gptq_quantize(L.W.data(), L.rows, L.cols, H, QuantScheme::make(4, true, QuantStrategy::Group, 32), o, "dead");
     expect_finite_valid(g, "dead");
     EXPECT_TRUE(g.fallback.empty()) << g.fallback;
     // As the reference: W[:, dead] = 0 before quantization. With dynamic groups
@@ -362,7 +353,7 @@ TEST(Gptq, RankDeficientHessianNeedsNoFallback) {
   for (AO ao : {AO::None, AO::Group}) {
     GptqOptions o;
     o.actorder = ao;
-    const GptqResult g = gptq_quantize(L.W.data(), L.rows, L.cols, H, make(4, true, QuantStrategy::Group, 128), o, "rank");
+    const GptqResult g = gptq_quantize(L.W.data(), L.rows, L.cols, H, QuantScheme::make(4, true, QuantStrategy::Group, 128), o, "rank");
     expect_finite_valid(g, "rank");
     EXPECT_TRUE(g.fallback.empty()) << g.fallback;
   }
@@ -377,7 +368,7 @@ TEST(Gptq, RobustFallbacks) {
   double mean = 0;
   for (int64_t i = 0; i < cols; ++i) mean += G[static_cast<size_t>(i * cols + i)];
   mean /= static_cast<double>(cols);
-  const QuantScheme s = make(4, true, QuantStrategy::Group, 32);
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 32);
   GptqOptions o;
 
   // (a) slightly indefinite: H = G - 0.015 mean I. 1% dampening fails, 2% works.
@@ -426,7 +417,7 @@ TEST(Gptq, RobustFallbacks) {
 
   // Input errors.
   EXPECT_THROW(gptq_quantize(w.data(), rows, cols, std::vector<double>(10), s, o, "x"), Error);
-  EXPECT_THROW(gptq_quantize(w.data(), rows, cols, G, make(4, true, QuantStrategy::Group, 48), o, "x"), Error);
+  EXPECT_THROW(gptq_quantize(w.data(), rows, cols, G, QuantScheme::make(4, true, QuantStrategy::Group, 48), o, "x"), Error);
   HessianAccumulator empty(cols);
   EXPECT_THROW(gptq_quantize(w.data(), rows, cols, empty, s, o, "x"), Error);
 }
@@ -438,7 +429,7 @@ TEST(Gptq, Timing768) {
   H.add(x.data(), n, cols);
   GptqOptions o;
   const auto t0 = std::chrono::steady_clock::now();
-  const GptqResult g = gptq_quantize(w.data(), rows, cols, H, make(4, true, QuantStrategy::Group, 128), o, "t");
+  const GptqResult g = gptq_quantize(w.data(), rows, cols, H, QuantScheme::make(4, true, QuantStrategy::Group, 128), o, "t");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[ timing ] gptq 768x768 int4 g128: %.3f s (%d threads)\n", secs, ThreadPool::global().size());
   expect_finite_valid(g, "timing");

@@ -34,6 +34,11 @@ struct QuantScheme {
   int64_t group_size = 128;                   // strategy Group only
   DType scale_dtype = DType::F16;
 
+  static QuantScheme make(int bits, bool symmetric, QuantStrategy strategy, int64_t group_size = 128,
+                          DType scale_dtype = DType::F16) {
+    return QuantScheme{bits, symmetric, strategy, group_size, scale_dtype};
+  }
+
   int32_t qmax() const { return (1 << bits) - 1; }
   int32_t sym_zero() const { return 1 << (bits - 1); }
   // "int4 sym g128", "int8 asym channel", ...

@@ -10,16 +10,6 @@
 namespace qf {
 namespace {
 
-QuantScheme make(int bits, bool sym, QuantStrategy st, int64_t gs = 128, DType dt = DType::F16) {
-  QuantScheme s;
-  s.bits = bits;
-  s.symmetric = sym;
-  s.strategy = st;
-  s.group_size = gs;
-  s.scale_dtype = dt;
-  return s;
-}
-
 // Expects `fn` to throw qf::Error of kind InvalidInput whose message names `where` and contains `needle`.
 template <class F>
 void expect_invalid(F fn, const std::string& where, const std::string& needle) {
@@ -35,40 +25,40 @@ void expect_invalid(F fn, const std::string& where, const std::string& needle) {
 }
 
 TEST(QuantScheme, DescribeAndNames) {
-  EXPECT_EQ(make(4, true, QuantStrategy::Group, 128).describe(), "int4 sym g128");
-  EXPECT_EQ(make(3, false, QuantStrategy::Group, 64).describe(), "int3 asym g64");
-  EXPECT_EQ(make(8, false, QuantStrategy::Channel).describe(), "int8 asym channel");
-  EXPECT_EQ(make(8, true, QuantStrategy::Tensor).describe(), "int8 sym tensor");
+  EXPECT_EQ(QuantScheme::make(4, true, QuantStrategy::Group, 128).describe(), "int4 sym g128");
+  EXPECT_EQ(QuantScheme::make(3, false, QuantStrategy::Group, 64).describe(), "int3 asym g64");
+  EXPECT_EQ(QuantScheme::make(8, false, QuantStrategy::Channel).describe(), "int8 asym channel");
+  EXPECT_EQ(QuantScheme::make(8, true, QuantStrategy::Tensor).describe(), "int8 sym tensor");
   EXPECT_STREQ(strategy_name(QuantStrategy::Tensor), "tensor");
   EXPECT_STREQ(strategy_name(QuantStrategy::Channel), "channel");
   EXPECT_STREQ(strategy_name(QuantStrategy::Group), "group");
-  EXPECT_EQ(make(4, true, QuantStrategy::Group).qmax(), 15);
-  EXPECT_EQ(make(4, true, QuantStrategy::Group).sym_zero(), 8);
-  EXPECT_EQ(make(8, true, QuantStrategy::Group).qmax(), 255);
-  EXPECT_EQ(make(8, true, QuantStrategy::Group).sym_zero(), 128);
-  EXPECT_EQ(make(2, true, QuantStrategy::Group).qmax(), 3);
-  EXPECT_EQ(make(2, true, QuantStrategy::Group).sym_zero(), 2);
+  EXPECT_EQ(QuantScheme::make(4, true, QuantStrategy::Group).qmax(), 15);
+  EXPECT_EQ(QuantScheme::make(4, true, QuantStrategy::Group).sym_zero(), 8);
+  EXPECT_EQ(QuantScheme::make(8, true, QuantStrategy::Group).qmax(), 255);
+  EXPECT_EQ(QuantScheme::make(8, true, QuantStrategy::Group).sym_zero(), 128);
+  EXPECT_EQ(QuantScheme::make(2, true, QuantStrategy::Group).qmax(), 3);
+  EXPECT_EQ(QuantScheme::make(2, true, QuantStrategy::Group).sym_zero(), 2);
 }
 
 TEST(QuantScheme, ValidateErrors) {
-  expect_invalid([] { make(1, true, QuantStrategy::Channel).validate("layer.a"); }, "layer.a", "2..8");
-  expect_invalid([] { make(9, true, QuantStrategy::Channel).validate("layer.b"); }, "layer.b", "2..8");
-  expect_invalid([] { make(4, true, QuantStrategy::Group, 0).validate("layer.c"); }, "layer.c", "group_size");
-  expect_invalid([] { make(4, true, QuantStrategy::Group, 128).validate("layer.d", 100); }, "layer.d", "divide");
-  expect_invalid([] { make(4, true, QuantStrategy::Group, 128, DType::F8_E4M3).validate("layer.e"); }, "layer.e",
+  expect_invalid([] { QuantScheme::make(1, true, QuantStrategy::Channel).validate("layer.a"); }, "layer.a", "2..8");
+  expect_invalid([] { QuantScheme::make(9, true, QuantStrategy::Channel).validate("layer.b"); }, "layer.b", "2..8");
+  expect_invalid([] { QuantScheme::make(4, true, QuantStrategy::Group, 0).validate("layer.c"); }, "layer.c", "group_size");
+  expect_invalid([] { QuantScheme::make(4, true, QuantStrategy::Group, 128).validate("layer.d", 100); }, "layer.d", "divide");
+  expect_invalid([] { QuantScheme::make(4, true, QuantStrategy::Group, 128, DType::F8_E4M3).validate("layer.e"); }, "layer.e",
                  "f16, bf16 or f32");
-  EXPECT_NO_THROW(make(4, true, QuantStrategy::Group, 128).validate("ok", 256));
-  EXPECT_NO_THROW(make(4, true, QuantStrategy::Group, 128).validate("ok"));  // cols unknown
-  EXPECT_NO_THROW(make(2, false, QuantStrategy::Channel, 0).validate("ok", 100));  // group size ignored
-  EXPECT_NO_THROW(make(8, true, QuantStrategy::Tensor, 128, DType::BF16).validate("ok", 100));
-  EXPECT_NO_THROW(make(8, true, QuantStrategy::Tensor, 128, DType::F32).validate("ok", 100));
+  EXPECT_NO_THROW(QuantScheme::make(4, true, QuantStrategy::Group, 128).validate("ok", 256));
+  EXPECT_NO_THROW(QuantScheme::make(4, true, QuantStrategy::Group, 128).validate("ok"));  // cols unknown
+  EXPECT_NO_THROW(QuantScheme::make(2, false, QuantStrategy::Channel, 0).validate("ok", 100));  // group size ignored
+  EXPECT_NO_THROW(QuantScheme::make(8, true, QuantStrategy::Tensor, 128, DType::BF16).validate("ok", 100));
+  EXPECT_NO_THROW(QuantScheme::make(8, true, QuantStrategy::Tensor, 128, DType::F32).validate("ok", 100));
 }
 
 TEST(QuantScheme, GroupsAndParamIndex) {
   QuantizedTensor t;
   t.rows = 3;
   t.cols = 10;
-  t.scheme = make(4, true, QuantStrategy::Group, 4);
+  t.scheme = QuantScheme::make(4, true, QuantStrategy::Group, 4);
   EXPECT_EQ(t.n_groups(), 3);  // ceil(10 / 4)
   EXPECT_EQ(t.group_of(0), 0);
   EXPECT_EQ(t.group_of(3), 0);
@@ -95,7 +85,7 @@ TEST(QuantScheme, GroupsAndParamIndex) {
 // 2 x 4, int4 asym g2: w = (q - z) * s.
 QuantizedTensor hand_built() {
   QuantizedTensor t;
-  t.scheme = make(4, false, QuantStrategy::Group, 2);
+  t.scheme = QuantScheme::make(4, false, QuantStrategy::Group, 2);
   t.rows = 2;
   t.cols = 4;
   t.q = {0, 15, 3, 5, /**/ 7, 8, 9, 1};
@@ -123,7 +113,7 @@ TEST(QuantScheme, DequantizeHandBuilt) {
 
   // Tensor strategy: one shared (scale, zero).
   QuantizedTensor u;
-  u.scheme = make(8, true, QuantStrategy::Tensor);
+  u.scheme = QuantScheme::make(8, true, QuantStrategy::Tensor);
   u.rows = 2;
   u.cols = 2;
   u.q = {128, 0, 255, 130};

@@ -12,16 +12,6 @@
 namespace qf {
 namespace {
 
-QuantScheme make(int bits, bool sym, QuantStrategy st, int64_t gs = 128, DType dt = DType::F16) {
-  QuantScheme s;
-  s.bits = bits;
-  s.symmetric = sym;
-  s.strategy = st;
-  s.group_size = gs;
-  s.scale_dtype = dt;
-  return s;
-}
-
 // Platform-independent pseudo-Gaussian data (xorshift64*, sum of 4 uniforms),
 // with an outlier of `outlier` sigmas every 61st element when outlier > 0.
 std::vector<float> gaussian(int64_t n, uint64_t seed, float outlier = 0.0f) {
@@ -52,7 +42,7 @@ TEST(Rtn, SymmetricInt4GroupHandComputed) {
   // Group 0: amax 7.5 -> scale 7.5 / 7.5 = 1 exactly; ties round half to even.
   // Group 1: amax 1.5 -> scale 0.2, f16(0.2) = 0.199951171875.
   const std::vector<float> w = {2.5f, -0.5f, 1.5f, 7.5f, /**/ 0.3f, -1.5f, 0.75f, 1.0f};
-  const QuantizedTensor t = quantize_rtn(w.data(), 1, 8, make(4, true, QuantStrategy::Group, 4));
+  const QuantizedTensor t = quantize_rtn(w.data(), 1, 8, QuantScheme::make(4, true, QuantStrategy::Group, 4));
   ASSERT_EQ(t.scales.size(), 2u);
   EXPECT_EQ(t.scales[0], 1.0f);
   EXPECT_EQ(t.scales[1], 0.199951171875f);
@@ -65,19 +55,19 @@ TEST(Rtn, SymmetricInt4GroupHandComputed) {
 
   // Second row with negative ties: -7.5 -> -8, 0.5 -> 0, 3.5 -> 4.
   const std::vector<float> w2 = {-7.5f, 0.5f, 3.5f, 0.0f};
-  const QuantizedTensor t2 = quantize_rtn(w2.data(), 1, 4, make(4, true, QuantStrategy::Group, 4));
+  const QuantizedTensor t2 = quantize_rtn(w2.data(), 1, 4, QuantScheme::make(4, true, QuantStrategy::Group, 4));
   EXPECT_EQ(t2.q, (std::vector<uint8_t>{0, 8, 12, 8}));
 
   // int8 symmetric: amax / 127.5.
   const std::vector<float> w3 = {-127.5f, 1.0f, 0.5f, 1.5f};
-  const QuantizedTensor t3 = quantize_rtn(w3.data(), 1, 4, make(8, true, QuantStrategy::Channel, 0, DType::F32));
+  const QuantizedTensor t3 = quantize_rtn(w3.data(), 1, 4, QuantScheme::make(8, true, QuantStrategy::Channel, 0, DType::F32));
   EXPECT_EQ(t3.scales[0], 1.0f);
   EXPECT_EQ(t3.zeros[0], 128);
   EXPECT_EQ(t3.q, (std::vector<uint8_t>{0, 129, 128, 130}));  // -127.5 -> -128, 0.5 -> 0, 1.5 -> 2
 }
 
 TEST(Rtn, AsymmetricRangesIncludeZero) {
-  const QuantScheme s = make(4, false, QuantStrategy::Channel, 0);
+  const QuantScheme s = QuantScheme::make(4, false, QuantStrategy::Channel, 0);
   // All positive: lo = 0, hi = 4; scale = 4/15 -> f16 0.2666015625; zero 0.
   const std::vector<float> pos = {1, 2, 3, 4};
   const QuantizedTensor tp = quantize_rtn(pos.data(), 1, 4, s);
@@ -104,7 +94,7 @@ TEST(Rtn, ZeroRowsAndGroups) {
   for (int i = 12; i < 16; ++i) w[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i);
   for (bool sym : {true, false})
     for (DType dt : {DType::F16, DType::BF16, DType::F32}) {
-      const QuantizedTensor t = quantize_rtn(w.data(), 2, 8, make(4, sym, QuantStrategy::Group, 4, dt));
+      const QuantizedTensor t = quantize_rtn(w.data(), 2, 8, QuantScheme::make(4, sym, QuantStrategy::Group, 4, dt));
       ASSERT_EQ(t.scales.size(), 4u);
       for (int g = 0; g < 3; ++g) {
         EXPECT_EQ(t.scales[static_cast<size_t>(g)], scale_dtype_eps(dt));  // zero scale -> dtype eps
@@ -129,7 +119,7 @@ TEST(Rtn, ScalesRoundedBeforeCodes) {
   const int64_t rows = 64, cols = 256;
   const std::vector<float> w = gaussian(rows * cols, 3, 6.0f);
   for (DType dt : {DType::F16, DType::BF16}) {
-    const QuantScheme s = make(4, true, QuantStrategy::Group, 32, dt);
+    const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 32, dt);
     const QuantizedTensor t = quantize_rtn(w.data(), rows, cols, s);
     int64_t differs = 0;
     for (int64_t r = 0; r < rows; ++r)
@@ -160,9 +150,9 @@ TEST(Rtn, MseObserverNotWorseThanMinMax) {
   const int64_t rows = 16, cols = 256;
   const std::vector<float> w = gaussian(rows * cols, 11, 8.0f);
   const std::vector<QuantScheme> schemes = {
-      make(4, true, QuantStrategy::Group, 64), make(3, false, QuantStrategy::Group, 128),
-      make(4, true, QuantStrategy::Channel, 0), make(4, false, QuantStrategy::Channel, 0),
-      make(4, true, QuantStrategy::Tensor, 0),  make(8, true, QuantStrategy::Channel, 0)};
+      QuantScheme::make(4, true, QuantStrategy::Group, 64), QuantScheme::make(3, false, QuantStrategy::Group, 128),
+      QuantScheme::make(4, true, QuantStrategy::Channel, 0), QuantScheme::make(4, false, QuantStrategy::Channel, 0),
+      QuantScheme::make(4, true, QuantStrategy::Tensor, 0),  QuantScheme::make(8, true, QuantStrategy::Channel, 0)};
   for (const QuantScheme& s : schemes) {
     const QuantizedTensor a = quantize_rtn(w.data(), rows, cols, s, RangeObserver::MinMax);
     const QuantizedTensor b = quantize_rtn(w.data(), rows, cols, s, RangeObserver::Mse);
@@ -178,18 +168,18 @@ TEST(Rtn, MseObserverNotWorseThanMinMax) {
     for (size_t i = 0; i < a.scales.size(); ++i) EXPECT_LE(b.scales[i], a.scales[i]) << s.describe();
   }
   // Tensor strategy: one scale for everything.
-  const QuantizedTensor t = quantize_rtn(w.data(), rows, cols, make(4, true, QuantStrategy::Tensor, 0), RangeObserver::Mse);
+  const QuantizedTensor t = quantize_rtn(w.data(), rows, cols, QuantScheme::make(4, true, QuantStrategy::Tensor, 0), RangeObserver::Mse);
   EXPECT_EQ(t.scales.size(), 1u);
   EXPECT_EQ(t.zeros.size(), 1u);
 }
 
 TEST(Rtn, ChannelAndTensorStrategies) {
   const std::vector<float> w = {1.0f, -3.0f, 0.5f, /**/ 0.25f, 0.0f, -0.75f};
-  const QuantizedTensor c = quantize_rtn(w.data(), 2, 3, make(8, true, QuantStrategy::Channel, 0, DType::F32));
+  const QuantizedTensor c = quantize_rtn(w.data(), 2, 3, QuantScheme::make(8, true, QuantStrategy::Channel, 0, DType::F32));
   ASSERT_EQ(c.scales.size(), 2u);
   EXPECT_EQ(c.scales[0], 3.0f / 127.5f);
   EXPECT_EQ(c.scales[1], 0.75f / 127.5f);
-  const QuantizedTensor t = quantize_rtn(w.data(), 2, 3, make(8, true, QuantStrategy::Tensor, 0, DType::F32));
+  const QuantizedTensor t = quantize_rtn(w.data(), 2, 3, QuantScheme::make(8, true, QuantStrategy::Tensor, 0, DType::F32));
   ASSERT_EQ(t.scales.size(), 1u);
   EXPECT_EQ(t.scales[0], 3.0f / 127.5f);
   const std::vector<float> dc = c.dequantize(), dt = t.dequantize();
@@ -201,9 +191,9 @@ TEST(Rtn, ChannelAndTensorStrategies) {
 
 TEST(Rtn, InvalidSchemes) {
   const std::vector<float> w(2 * 96, 1.0f);
-  EXPECT_THROW(quantize_rtn(w.data(), 2, 96, make(4, true, QuantStrategy::Group, 64)), Error);  // 64 does not divide 96
-  EXPECT_THROW(quantize_rtn(w.data(), 2, 96, make(9, true, QuantStrategy::Channel, 0)), Error);
-  EXPECT_THROW(quantize_rtn(w.data(), 0, 96, make(4, true, QuantStrategy::Channel, 0)), Error);
+  EXPECT_THROW(quantize_rtn(w.data(), 2, 96, QuantScheme::make(4, true, QuantStrategy::Group, 64)), Error);  // 64 does not divide 96
+  EXPECT_THROW(quantize_rtn(w.data(), 2, 96, QuantScheme::make(9, true, QuantStrategy::Channel, 0)), Error);
+  EXPECT_THROW(quantize_rtn(w.data(), 0, 96, QuantScheme::make(4, true, QuantStrategy::Channel, 0)), Error);
 }
 
 }  // namespace

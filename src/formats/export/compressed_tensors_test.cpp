@@ -7,67 +7,13 @@
 #include "core/sha256.h"
 #include "formats/export/manifest.h"
 #include "formats/export/pack.h"
+#include "quantized_tensor_util.h"
 #include "test_util.h"
 
 namespace qf {
 namespace {
 
 using json = nlohmann::json;
-
-float round_to(float v, DType dt) {
-  if (dt == DType::F16) return f16_to_f32(f32_to_f16(v));
-  if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(v));
-  return v;
-}
-
-// A random QuantizedTensor (codes, zero points, scales rounded to the scale dtype).
-QuantizedTensor random_qt(QuantScheme s, int64_t rows, int64_t cols, bool perm_g_idx, uint32_t seed) {
-  std::mt19937 rng(seed);
-  QuantizedTensor q;
-  q.scheme = s;
-  q.rows = rows;
-  q.cols = cols;
-  q.q.resize(static_cast<size_t>(rows * cols));
-  for (auto& v : q.q) v = static_cast<uint8_t>(rng() % (s.qmax() + 1));
-  if (perm_g_idx) {
-    q.g_idx.resize(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) q.g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(c / s.group_size);
-    std::shuffle(q.g_idx.begin(), q.g_idx.end(), rng);
-  }
-  const size_t np = s.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * q.n_groups());
-  std::uniform_real_distribution<float> ud(1e-3f, 5e-2f);
-  for (size_t i = 0; i < np; ++i) {
-    q.scales.push_back(round_to(ud(rng), s.scale_dtype));
-    q.zeros.push_back(s.symmetric ? s.sym_zero() : static_cast<int32_t>(rng() % (s.qmax() + 1)));
-  }
-  return q;
-}
-
-void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
-  EXPECT_EQ(a.scheme.bits, b.scheme.bits) << what;
-  EXPECT_EQ(a.scheme.symmetric, b.scheme.symmetric) << what;
-  EXPECT_EQ(a.scheme.strategy, b.scheme.strategy) << what;
-  if (a.scheme.strategy == QuantStrategy::Group) {
-    EXPECT_EQ(a.scheme.group_size, b.scheme.group_size) << what;
-  }
-  EXPECT_EQ(a.scheme.scale_dtype, b.scheme.scale_dtype) << what;
-  EXPECT_EQ(a.rows, b.rows) << what;
-  EXPECT_EQ(a.cols, b.cols) << what;
-  EXPECT_EQ(a.q, b.q) << what;
-  EXPECT_EQ(a.scales, b.scales) << what;
-  EXPECT_EQ(a.zeros, b.zeros) << what;
-  EXPECT_EQ(a.g_idx, b.g_idx) << what;
-}
-
-QuantScheme scheme(int bits, bool sym, QuantStrategy st, int64_t g = 16, DType dt = DType::F16) {
-  QuantScheme s;
-  s.bits = bits;
-  s.symmetric = sym;
-  s.strategy = st;
-  s.group_size = g;
-  s.scale_dtype = dt;
-  return s;
-}
 
 TEST(CompressedTensors, RoundTripAllWidthsAndStrategies) {
   test::TempDir d;
@@ -84,7 +30,7 @@ TEST(CompressedTensors, RoundTripAllWidthsAndStrategies) {
       for (QuantStrategy st : {QuantStrategy::Tensor, QuantStrategy::Channel, QuantStrategy::Group}) {
         const bool perm = st == QuantStrategy::Group && bits % 2 == 1;
         // Odd sizes: 37 outputs (zero points straddle words), 48 inputs (packed rows straddle for 3/5/6/7 bits).
-        auto q = random_qt(scheme(bits, sym, st, 16, dts[seed % 3]), 37, 48, perm, seed);
+        auto q = random_qt(QuantScheme::make(bits, sym, st, 16, dts[seed % 3]), 37, 48, perm, seed);
         ++seed;
         cases.push_back({q, perm, "model.layers." + std::to_string(cases.size()) + ".mlp.down_proj"});
       }
@@ -108,13 +54,13 @@ TEST(CompressedTensors, RoundTripAllWidthsAndStrategies) {
 TEST(CompressedTensors, HandComputedLayout) {
   test::TempDir d;
   // 4-bit asymmetric, one group of 8 per row; 8 rows, 8 inputs.
-  QuantizedTensor q = random_qt(scheme(4, false, QuantStrategy::Group, 8), 8, 8, false, 5);
+  QuantizedTensor q = random_qt(QuantScheme::make(4, false, QuantStrategy::Group, 8), 8, 8, false, 5);
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) q.q[r * 8 + c] = static_cast<uint8_t>(r == 0 ? c : 15 - c);
   for (int r = 0; r < 8; ++r) q.zeros[r] = r;  // signed zp r - 8, stored offset back to r
-  QuantizedTensor t = random_qt(scheme(8, false, QuantStrategy::Tensor), 2, 4, false, 6);
+  QuantizedTensor t = random_qt(QuantScheme::make(8, false, QuantStrategy::Tensor), 2, 4, false, 6);
   t.zeros[0] = 100;  // signed 100 - 128 = -28
-  QuantizedTensor sy = random_qt(scheme(4, true, QuantStrategy::Channel), 3, 8, false, 7);
+  QuantizedTensor sy = random_qt(QuantScheme::make(4, true, QuantStrategy::Channel), 3, 8, false, 7);
   {
     SafetensorsWriter w(d.path());
     add_compressed_tensors_linear(w, "a", q);
@@ -152,7 +98,7 @@ TEST(CompressedTensors, HandComputedLayout) {
 
 TEST(CompressedTensors, ReaderNamesTheBadTensor) {
   test::TempDir d;
-  const auto q = random_qt(scheme(4, false, QuantStrategy::Group, 16), 4, 32, false, 9);
+  const auto q = random_qt(QuantScheme::make(4, false, QuantStrategy::Group, 16), 4, 32, false, 9);
   {
     SafetensorsWriter w(d.path());
     add_compressed_tensors_linear(w, "ok", q);
@@ -213,12 +159,12 @@ TEST(CompressedTensors, SchemeFromArgsInfersLikeCompressedTensors) {
 
 TEST(CompressedTensors, ConfigFieldForField) {
   CompressedTensorsGroup g0;
-  g0.scheme = scheme(4, true, QuantStrategy::Group, 128);
+  g0.scheme = QuantScheme::make(4, true, QuantStrategy::Group, 128);
   CompressedTensorsGroup g1;
-  g1.scheme = scheme(8, false, QuantStrategy::Channel);
+  g1.scheme = QuantScheme::make(8, false, QuantStrategy::Channel);
   g1.targets = {"re:.*down_proj"};
   CompressedTensorsGroup g2;
-  g2.scheme = scheme(4, false, QuantStrategy::Group, 64);
+  g2.scheme = QuantScheme::make(4, false, QuantStrategy::Group, 64);
   g2.actorder_group = true;
   g2.targets = {"model.layers.0.self_attn.q_proj"};
   const json got = compressed_tensors_config({g0, g1, g2}, {"lm_head"});
@@ -260,7 +206,7 @@ TEST(CompressedTensors, ConfigFieldForField) {
   EXPECT_TRUE(ao);
   EXPECT_QF_ERROR(compressed_tensors_config({}, {}), ErrorKind::InvalidInput, "no quantization groups");
   CompressedTensorsGroup bad;
-  bad.scheme = scheme(4, true, QuantStrategy::Channel);
+  bad.scheme = QuantScheme::make(4, true, QuantStrategy::Channel);
   bad.actorder_group = true;
   EXPECT_QF_ERROR(compressed_tensors_config({bad}, {}), ErrorKind::InvalidInput, "actorder group requires");
 }
@@ -319,7 +265,7 @@ TEST(Manifest, VerifyReportsChangedMissingAndExtraFiles) {
 // An exported compressed-tensors folder end to end: tensors, config, manifest.
 TEST(Manifest, CoversAnExportedFolder) {
   test::TempDir d;
-  const auto q = random_qt(scheme(4, true, QuantStrategy::Group, 16), 8, 32, false, 3);
+  const auto q = random_qt(QuantScheme::make(4, true, QuantStrategy::Group, 16), 8, 32, false, 3);
   {
     SafetensorsWriter w(d.path(), "model", 200);  // small shards: an index is written too
     add_compressed_tensors_linear(w, "model.layers.0.mlp.up_proj", q);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/export/pack.h"
+#include "quantized_tensor_util.h"
 #include "test_util.h"
 
 namespace qf {
@@ -12,53 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-QuantScheme scheme(int bits, bool sym, QuantStrategy st, int64_t g = 16) {
-  QuantScheme s;
-  s.bits = bits;
-  s.symmetric = sym;
-  s.strategy = st;
-  s.group_size = g;
-  s.scale_dtype = DType::F16;
-  return s;
-}
-
-// Random codes, f16 scales, asymmetric zero points in [1, qmax] (v1 cannot store 0).
-QuantizedTensor random_qt(const QuantScheme& s, int64_t rows, int64_t cols, bool perm, uint32_t seed) {
-  std::mt19937 rng(seed);
-  QuantizedTensor q;
-  q.scheme = s;
-  q.rows = rows;
-  q.cols = cols;
-  q.q.resize(static_cast<size_t>(rows * cols));
-  for (auto& v : q.q) v = static_cast<uint8_t>(rng() % (s.qmax() + 1));
-  if (perm) {
-    for (int64_t c = 0; c < cols; ++c) q.g_idx.push_back(static_cast<int32_t>(c / s.group_size));
-    std::shuffle(q.g_idx.begin(), q.g_idx.end(), rng);
-  }
-  std::uniform_real_distribution<float> ud(1e-3f, 5e-2f);
-  const int64_t np = s.strategy == QuantStrategy::Tensor ? 1 : rows * q.n_groups();
-  for (int64_t i = 0; i < np; ++i) {
-    q.scales.push_back(f16_to_f32(f32_to_f16(ud(rng))));
-    q.zeros.push_back(s.symmetric ? s.sym_zero() : 1 + static_cast<int32_t>(rng() % s.qmax()));
-  }
-  return q;
-}
-
-void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
-  EXPECT_EQ(a.scheme.bits, b.scheme.bits) << what;
-  EXPECT_EQ(a.scheme.symmetric, b.scheme.symmetric) << what;
-  EXPECT_EQ(a.scheme.strategy, b.scheme.strategy) << what;
-  if (a.scheme.strategy == QuantStrategy::Group) {
-    EXPECT_EQ(a.scheme.group_size, b.scheme.group_size) << what;
-  }
-  EXPECT_EQ(a.scheme.scale_dtype, b.scheme.scale_dtype) << what;
-  EXPECT_EQ(a.rows, b.rows) << what;
-  EXPECT_EQ(a.cols, b.cols) << what;
-  EXPECT_EQ(a.q, b.q) << what;
-  EXPECT_EQ(a.scales, b.scales) << what;
-  EXPECT_EQ(a.zeros, b.zeros) << what;
-  EXPECT_EQ(a.g_idx, b.g_idx) << what;
-}
+// random_qt(..., 1) throughout: zero points in [1, qmax], since GPTQ v1 cannot store 0.
 
 TEST(GptqFormat, RoundTripBitsSymmetryGroupsAndGIdx) {
   int n = 0;
@@ -66,7 +21,7 @@ TEST(GptqFormat, RoundTripBitsSymmetryGroupsAndGIdx) {
     for (bool sym : {true, false})
       for (int variant = 0; variant < 3; ++variant) {  // group, group + act-order g_idx, channel
         const QuantStrategy st = variant == 2 ? QuantStrategy::Channel : QuantStrategy::Group;
-        const auto q = random_qt(scheme(bits, sym, st, 16), 32, 64, variant == 1, 100 + n++);
+        const auto q = random_qt(QuantScheme::make(bits, sym, st, 16), 32, 64, variant == 1, 100 + n++, 1);
         const std::string what = q.scheme.describe() + (variant == 1 ? " act-order" : "");
         test::TempDir d;
         {
@@ -90,17 +45,17 @@ TEST(GptqFormat, RoundTripBitsSymmetryGroupsAndGIdx) {
 TEST(GptqFormat, HandComputedWords) {
   test::TempDir d;
   // 4-bit symmetric, 8 outputs x 8 inputs, one group: q[n][k] = k.
-  QuantizedTensor s = random_qt(scheme(4, true, QuantStrategy::Group, 8), 8, 8, false, 1);
+  QuantizedTensor s = random_qt(QuantScheme::make(4, true, QuantStrategy::Group, 8), 8, 8, false, 1, 1);
   for (int n = 0; n < 8; ++n)
     for (int k = 0; k < 8; ++k) s.q[n * 8 + k] = static_cast<uint8_t>(k);
   // 4-bit asymmetric: z[n] = n + 1 is stored as n; q[n][k] = n.
-  QuantizedTensor a = random_qt(scheme(4, false, QuantStrategy::Channel), 8, 8, false, 2);
+  QuantizedTensor a = random_qt(QuantScheme::make(4, false, QuantStrategy::Channel), 8, 8, false, 2, 1);
   for (int n = 0; n < 8; ++n) {
     a.zeros[n] = n + 1;
     for (int k = 0; k < 8; ++k) a.q[n * 8 + k] = static_cast<uint8_t>(n);
   }
   // 8-bit symmetric: zero 128 stored as 127 = 0x7F per byte.
-  QuantizedTensor e = random_qt(scheme(8, true, QuantStrategy::Group, 4), 4, 8, false, 3);
+  QuantizedTensor e = random_qt(QuantScheme::make(8, true, QuantStrategy::Group, 4), 4, 8, false, 3, 1);
   {
     SafetensorsWriter w(d.path());
     add_gptq_linear(w, "s", s);
@@ -128,7 +83,7 @@ TEST(GptqFormat, HandComputedWords) {
 // Each qweight column is the packed input stream of one output row (3-bit: 32 values in 3 words).
 TEST(GptqFormat, ThreeBitColumnsArePackedInputRows) {
   test::TempDir d;
-  const auto q = random_qt(scheme(3, false, QuantStrategy::Group, 32), 32, 64, false, 4);
+  const auto q = random_qt(QuantScheme::make(3, false, QuantStrategy::Group, 32), 32, 64, false, 4, 1);
   {
     SafetensorsWriter w(d.path());
     add_gptq_linear(w, "x", q);
@@ -145,7 +100,7 @@ TEST(GptqFormat, ThreeBitColumnsArePackedInputRows) {
 
 TEST(GptqFormat, ZeroPointZeroCannotBeStoredInV1) {
   test::TempDir d;
-  auto q = random_qt(scheme(4, false, QuantStrategy::Group, 16), 8, 32, false, 5);
+  auto q = random_qt(QuantScheme::make(4, false, QuantStrategy::Group, 16), 8, 32, false, 5, 1);
   q.zeros[3] = 0;
   SafetensorsWriter w(d.path());
   EXPECT_QF_ERROR(add_gptq_linear(w, "x", q), ErrorKind::InvalidInput, "zero point 0 at row 1 group 1 cannot be stored in GPTQ v1");
@@ -154,7 +109,7 @@ TEST(GptqFormat, ZeroPointZeroCannotBeStoredInV1) {
 // A stored all-ones field decodes as 2^bits in vLLM/AutoGPTQ/ExLlama: the reader refuses it.
 TEST(GptqFormat, ReaderRefusesWrappedZeroAndBadTensors) {
   test::TempDir d;
-  const auto q = random_qt(scheme(4, false, QuantStrategy::Group, 16), 8, 32, false, 6);
+  const auto q = random_qt(QuantScheme::make(4, false, QuantStrategy::Group, 16), 8, 32, false, 6, 1);
   {
     SafetensorsWriter w(d.path());
     add_gptq_linear(w, "ok", q);
@@ -191,17 +146,17 @@ TEST(GptqFormat, ReaderRefusesWrappedZeroAndBadTensors) {
 TEST(GptqFormat, WriterRefusesWhatGptqCannotHold) {
   test::TempDir d;
   SafetensorsWriter w(d.path());
-  EXPECT_QF_ERROR(add_gptq_linear(w, "t", random_qt(scheme(4, true, QuantStrategy::Tensor), 8, 32, false, 7)),
+  EXPECT_QF_ERROR(add_gptq_linear(w, "t", random_qt(QuantScheme::make(4, true, QuantStrategy::Tensor), 8, 32, false, 7, 1)),
                   ErrorKind::Unsupported, "no per-tensor strategy");
-  EXPECT_QF_ERROR(add_gptq_linear(w, "f", random_qt(scheme(5, true, QuantStrategy::Group, 16), 32, 32, false, 8)),
+  EXPECT_QF_ERROR(add_gptq_linear(w, "f", random_qt(QuantScheme::make(5, true, QuantStrategy::Group, 16), 32, 32, false, 8, 1)),
                   ErrorKind::Unsupported, "2, 3, 4 or 8 bits, not 5");
-  EXPECT_QF_ERROR(add_gptq_linear(w, "k", random_qt(scheme(3, true, QuantStrategy::Group, 16), 32, 48, false, 9)),
+  EXPECT_QF_ERROR(add_gptq_linear(w, "k", random_qt(QuantScheme::make(3, true, QuantStrategy::Group, 16), 32, 48, false, 9, 1)),
                   ErrorKind::InvalidInput, "multiples of 32");
-  auto bf = random_qt(scheme(4, true, QuantStrategy::Group, 16), 8, 32, false, 10);
+  auto bf = random_qt(QuantScheme::make(4, true, QuantStrategy::Group, 16), 8, 32, false, 10, 1);
   bf.scheme.scale_dtype = DType::BF16;
   bf.scales[2] = bf16_to_f32(f32_to_bf16(1e-30f));  // below f16's range
   EXPECT_QF_ERROR(add_gptq_linear(w, "b", bf), ErrorKind::InvalidInput, "not exactly representable in f16");
-  auto badsym = random_qt(scheme(4, true, QuantStrategy::Group, 16), 8, 32, false, 11);
+  auto badsym = random_qt(QuantScheme::make(4, true, QuantStrategy::Group, 16), 8, 32, false, 11, 1);
   badsym.zeros[0] = 3;
   EXPECT_QF_ERROR(add_gptq_linear(w, "s", badsym), ErrorKind::InvalidInput, "symmetric scheme with zero point 3");
 }
@@ -209,7 +164,7 @@ TEST(GptqFormat, WriterRefusesWhatGptqCannotHold) {
 TEST(GptqFormat, QuantizeConfigFields) {
   GptqConfigExtras x;
   x.quantizer = "quantforge:0.1.0";
-  const json got = gptq_quantize_config(scheme(4, true, QuantStrategy::Group, 128), true, x);
+  const json got = gptq_quantize_config(QuantScheme::make(4, true, QuantStrategy::Group, 128), true, x);
   const json want = json::parse(R"({
     "bits": 4, "group_size": 128, "desc_act": true, "sym": true, "lm_head": false,
     "quant_method": "gptq", "checkpoint_format": "gptq", "pack_dtype": "int32",
@@ -217,7 +172,7 @@ TEST(GptqFormat, QuantizeConfigFields) {
     "meta": {"quantizer": ["quantforge:0.1.0"], "damp_percent": 0.01, "static_groups": false, "true_sequential": true}
   })");
   EXPECT_EQ(got, want) << got.dump(2);
-  const json ch = gptq_quantize_config(scheme(8, false, QuantStrategy::Channel), false);
+  const json ch = gptq_quantize_config(QuantScheme::make(8, false, QuantStrategy::Channel), false);
   EXPECT_EQ(ch["group_size"], -1);
   EXPECT_EQ(ch["sym"], false);
   bool v2 = true;
@@ -235,13 +190,13 @@ TEST(GptqFormat, QuantizeConfigFields) {
   EXPECT_QF_ERROR(gptq_scheme_from_config(json{{"bits", 6}, {"group_size", 128}}), ErrorKind::Unsupported, "bits 6");
   EXPECT_QF_ERROR(gptq_scheme_from_config(json{{"bits", 4}, {"group_size", 128}, {"quant_method", "awq"}}),
                   ErrorKind::Unsupported, "quant_method");
-  EXPECT_QF_ERROR(gptq_quantize_config(scheme(4, true, QuantStrategy::Tensor), false), ErrorKind::Unsupported, "per-tensor");
+  EXPECT_QF_ERROR(gptq_quantize_config(QuantScheme::make(4, true, QuantStrategy::Tensor), false), ErrorKind::Unsupported, "per-tensor");
 }
 
 // GPTQModel's gptq_v2 stores zero points without the -1.
 TEST(GptqFormat, ReadsV2ZeroPoints) {
   test::TempDir v1dir, v2dir;
-  const auto q = random_qt(scheme(2, false, QuantStrategy::Group, 16), 16, 32, false, 12);
+  const auto q = random_qt(QuantScheme::make(2, false, QuantStrategy::Group, 16), 16, 32, false, 12, 1);
   {
     SafetensorsWriter w(v1dir.path());
     add_gptq_linear(w, "x", q);
