@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "formats/tokenizer/tokenizer_impl.h"
 
 namespace qf::rt {
 namespace {
@@ -13,15 +14,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Length of the longest prefix of s that does not end inside a UTF-8 character.
 size_t complete_utf8(const std::string& s) {
-  size_t n = s.size(), i = n;
-  int back = 0;
-  while (i > 0 && back < 4) {
+  const size_t n = s.size();
+  for (size_t i = n, back = 0; i > 0 && back < 4; --i, ++back) {
     const unsigned char c = static_cast<unsigned char>(s[i - 1]);
-    if ((c & 0xC0) != 0x80) {
-      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-      return (n - (i - 1)) >= static_cast<size_t>(len) ? n : i - 1;
-    }
-    --i, ++back;
+    if ((c & 0xC0) != 0x80) return n - (i - 1) >= tok::utf8_len(c) ? n : i - 1;
   }
   return n;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ class Linear {
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
   int64_t in_, out_;
 };
+
+// For implementations that decode their weights to f32: y = x W^T (+ bias),
+// kRowTile rows at a time across the pool. tile(r0, rows, buf) returns the f32
+// rows [r0, r0 + rows), decoded into buf (room for kRowTile * in floats) or
+// pointing at weights already stored as f32.
+constexpr int64_t kRowTile = 16;
+using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
+void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
+                       ThreadPool& pool, const RowTileFn& tile);
 
 // A dense weight [out, in] in F32, F16 or BF16 (usually a zero-copy view of a
 // mapped safetensors file) with an optional bias [out] of any float type.

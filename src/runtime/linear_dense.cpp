@@ -1,6 +1,5 @@
 // Dense float Linear: rows are converted to f32 a tile at a time inside the
-// kernel and every token of the batch is multiplied against the tile while it
-// sits in cache.
+// kernel (forward_row_tiles); f32 weights are used in place.
 #include <algorithm>
 
 #include "core/error.h"
@@ -10,36 +9,17 @@
 namespace qf::rt {
 namespace {
 
-constexpr int64_t kTileRows = 16;
-
 class DenseLinear final : public Linear {
  public:
   DenseLinear(const Tensor& w, std::vector<float> bias)
       : Linear(w.dim(1), w.dim(0)), w_(w), bias_(std::move(bias)), row_bytes_(in_ * dtype_size(w.dtype())) {}
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
-    const int64_t tiles = (out_ + kTileRows - 1) / kTileRows;
     const char* base = static_cast<const char*>(w_.data());
-    const int64_t grain = std::max<int64_t>(1, tiles / (4 * pool.size()));
-    pool.parallel_for(tiles, grain, [&](const Chunk& c) {
-      thread_local std::vector<float> buf;
-      for (int64_t t = c.begin; t < c.end; ++t) {
-        const int64_t r0 = t * kTileRows;
-        const int64_t rows = std::min(kTileRows, out_ - r0);
-        const float* w;
-        if (w_.dtype() == DType::F32) {
-          w = reinterpret_cast<const float*>(base + r0 * row_bytes_);
-        } else {
-          buf.resize(static_cast<size_t>(kTileRows * in_));
-          row_to_f32(w_.dtype(), base + r0 * row_bytes_, buf.data(), rows * in_);
-          w = buf.data();
-        }
-        float* yt = y + r0;
-        gemm_tile_f32(x, n, in_, w, rows, in_, yt, out_);
-        if (!bias_.empty())
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < rows; ++r) yt[i * out_ + r] += bias_[static_cast<size_t>(r0 + r)];
-      }
+    forward_row_tiles(x, n, y, in_, out_, bias_, pool, [&](int64_t r0, int64_t rows, float* buf) -> const float* {
+      if (w_.dtype() == DType::F32) return reinterpret_cast<const float*>(base + r0 * row_bytes_);
+      row_to_f32(w_.dtype(), base + r0 * row_bytes_, buf, rows * in_);
+      return buf;
     });
   }
 

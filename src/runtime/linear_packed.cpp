@@ -12,8 +12,6 @@
 namespace qf::rt {
 namespace {
 
-constexpr int64_t kTileRows = 16;
-
 class PackedLinear final : public Linear {
  public:
   PackedLinear(const QuantizedTensor& q, std::vector<float> bias)
@@ -26,19 +24,9 @@ class PackedLinear final : public Linear {
   }
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
-    const int64_t tiles = (out_ + kTileRows - 1) / kTileRows;
-    pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
-      thread_local std::vector<float> buf;
-      buf.resize(static_cast<size_t>(kTileRows * in_));
-      for (int64_t t = c.begin; t < c.end; ++t) {
-        const int64_t r0 = t * kTileRows, nr = std::min(kTileRows, out_ - r0);
-        for (int64_t r = 0; r < nr; ++r) decode_row(r0 + r, buf.data() + r * in_);
-        float* yt = y + r0;
-        gemm_tile_f32(x, n, in_, buf.data(), nr, in_, yt, out_);
-        if (!bias_.empty())
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < nr; ++r) yt[i * out_ + r] += bias_[static_cast<size_t>(r0 + r)];
-      }
+    forward_row_tiles(x, n, y, in_, out_, bias_, pool, [&](int64_t r0, int64_t rows, float* buf) -> const float* {
+      for (int64_t r = 0; r < rows; ++r) decode_row(r0 + r, buf + r * in_);
+      return buf;
     });
   }
 
