@@ -1,8 +1,9 @@
-// QuantScheme and QuantizedTensor: the one canonical form of an integer
-// weight quantization that every quantizer produces (RTN, GPTQ, ...), every
-// exporter packs (compressed-tensors, GPTQ, AWQ) and the runtime reads.
+// QuantScheme and QuantizedTensor: the one canonical form of a weight
+// quantization that every quantizer produces (RTN, GPTQ, AWQ, FP8, NVFP4),
+// every exporter writes (compressed-tensors, GPTQ, AWQ, modelopt) and the
+// runtime reads.
 //
-// Conventions (compressed-tensors' and GPTQ's, in one form):
+// Integer schemes (type Int), compressed-tensors' and GPTQ's conventions in one form:
 //   - codes are unsigned, q in [0, 2^bits - 1]; zero points are unsigned too,
 //     z in [0, 2^bits - 1]; a weight decodes as w = (q - z) * scale;
 //   - symmetric schemes have z = 2^(bits-1) everywhere (compressed-tensors'
@@ -14,6 +15,18 @@
 //     row; group: one per `group_size` input columns of each row, the column's
 //     group given by g_idx (identity order i / group_size unless act-order
 //     with g_idx reorders it).
+//
+// Float schemes (type Float), as compressed-tensors defines them:
+//   - bits 8: FP8 E4M3 codes (the OCP byte, core/dtype.h), strategy tensor,
+//     channel or group; w = e4m3(q) * scale, scale = amax / 448 rounded to
+//     scale_dtype;
+//   - bits 4: NVFP4, strategy tensor_group with group_size 16: codes are
+//     e2m1 nibbles (sign in bit 3), each 16-column block has an e4m3 scale
+//     (stored here decoded to f32; scale_dtype F8_E4M3), and the tensor has a
+//     global scale in compressed-tensors' multiplier convention,
+//     global_scale = 448 * 6 / amax, so w = e2m1(q) * scale / global_scale
+//     (modelopt's weight_scale_2 is its reciprocal);
+//   - zeros is empty (float schemes are symmetric).
 #pragma once
 
 #include <cstdint>
@@ -24,8 +37,12 @@
 
 namespace qf {
 
-enum class QuantStrategy { Tensor, Channel, Group };
-const char* strategy_name(QuantStrategy s);  // "tensor", "channel", "group"
+enum class QuantType { Int, Float };
+const char* quant_type_name(QuantType t);  // "int", "float"
+
+// Token is an activation strategy only (one scale per row of x).
+enum class QuantStrategy { Tensor, Channel, Group, TensorGroup, Token };
+const char* strategy_name(QuantStrategy s);  // "tensor", "channel", "group", "tensor_group", "token"
 
 struct QuantScheme {
   int bits = 4;                               // 2..8
@@ -33,18 +50,33 @@ struct QuantScheme {
   QuantStrategy strategy = QuantStrategy::Group;
   int64_t group_size = 128;                   // strategy Group only
   DType scale_dtype = DType::F16;
+  QuantType type = QuantType::Int;
 
   static QuantScheme make(int bits, bool symmetric, QuantStrategy strategy, int64_t group_size = 128,
                           DType scale_dtype = DType::F16) {
-    return QuantScheme{bits, symmetric, strategy, group_size, scale_dtype};
+    return QuantScheme{bits, symmetric, strategy, group_size, scale_dtype, QuantType::Int};
   }
+  // FP8 E4M3 weights, tensor or channel (or group) scales stored in scale_dtype
+  // (compressed-tensors: the model dtype; modelopt: f32).
+  static QuantScheme fp8(QuantStrategy strategy, DType scale_dtype = DType::F32, int64_t group_size = 128) {
+    return QuantScheme{8, true, strategy, group_size, scale_dtype, QuantType::Float};
+  }
+  // NVFP4: e2m1, 16-element blocks, e4m3 block scales, f32 global scale.
+  static QuantScheme nvfp4() { return QuantScheme{4, true, QuantStrategy::TensorGroup, 16, DType::F8_E4M3, QuantType::Float}; }
 
+  bool is_float() const { return type == QuantType::Float; }
+  bool is_fp8() const { return type == QuantType::Float && bits == 8; }
+  bool is_nvfp4() const { return type == QuantType::Float && bits == 4; }
+  bool grouped() const { return strategy == QuantStrategy::Group || strategy == QuantStrategy::TensorGroup; }
+  // Largest code: 2^bits - 1 (for float types: the largest byte / nibble).
   int32_t qmax() const { return (1 << bits) - 1; }
   int32_t sym_zero() const { return 1 << (bits - 1); }
-  // "int4 sym g128", "int8 asym channel", ...
+  // "int4 sym g128", "int8 asym channel", "fp8 channel", "nvfp4", ...
   std::string describe() const;
   // Throws qf::Error (InvalidInput) naming `where` for bits outside 2..8, a
-  // group size < 1, or (when cols > 0) a group size that does not divide cols.
+  // group size < 1, (when cols > 0) a group size that does not divide cols,
+  // the token strategy, or a float scheme other than FP8 (tensor, channel,
+  // group) and NVFP4 (tensor_group, 16).
   void validate(const std::string& where, int64_t cols = 0) const;
 };
 
@@ -53,10 +85,12 @@ struct QuantizedTensor {
   int64_t rows = 0, cols = 0;       // [out, in] of the Linear
   std::vector<uint8_t> q;           // [rows * cols] codes
   std::vector<float> scales;        // [rows * n_groups()], already rounded to scheme.scale_dtype
-  std::vector<int32_t> zeros;       // [rows * n_groups()]
+  std::vector<int32_t> zeros;       // [rows * n_groups()]; empty for float schemes
   std::vector<int32_t> g_idx;       // [cols] group of each input column; empty: identity (col / group_size)
+  float global_scale = 0;           // tensor_group (NVFP4) only: 448 * 6 / amax (multiplier convention)
 
-  int64_t n_groups() const;         // 1 for tensor, 1 per row for channel, ceil(cols / group_size) for group
+  // 1 for tensor, 1 per row for channel, ceil(cols / group_size) for group and tensor_group
+  int64_t n_groups() const;
   int64_t group_of(int64_t col) const;
   // Index into scales/zeros for (row, group). Tensor strategy shares entry 0.
   int64_t param_index(int64_t row, int64_t group) const;

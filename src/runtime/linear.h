@@ -15,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "quantizers/act_quant.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf::rt {
@@ -76,5 +77,20 @@ std::unique_ptr<Linear> make_block_linear(uint32_t ggml_type, const void* data, 
 // the kernel. Used for compressed-tensors pack-quantized and GPTQ checkpoints
 // and for the layers a quantizer has just produced.
 std::unique_ptr<Linear> make_packed_linear(const QuantizedTensor& q, const Tensor* bias, const std::string& name);
+
+// Any quantized weight (integer groups, FP8, NVFP4) with its input quantizer
+// (nullptr: weight-only, activations stay f32):
+//   - int8 channel symmetric weights with int8 activations (per-token dynamic
+//     or static per-tensor): a true int8 GEMM, int32 accumulation (AVX-512
+//     VNNI / AVX-VNNI / AVX2 with a scalar reference), then the row and
+//     channel scales;
+//   - otherwise the weight is decoded a tile at a time (integer codes, FP8
+//     E4M3 and e2m1 through exact tables) and the activations are quantized
+//     as the scheme says (quantize_activations) before an f32 GEMM, which is
+//     exact emulation of the quantized product up to f32 summation order.
+// format() reports the weight and the activation scheme ("int8 sym channel
+// / int8 token dynamic"). Validates q and act (InvalidInput naming `name`).
+std::unique_ptr<Linear> make_quantized_linear(const QuantizedTensor& q, const ActQuantParams* act, const Tensor* bias,
+                                              const std::string& name);
 
 }  // namespace qf::rt

@@ -58,6 +58,12 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
     check_linear(l.up, c.intermediate_size, h, p + "mlp.up_proj.weight");
     check_linear(l.down, h, c.intermediate_size, p + "mlp.down_proj.weight");
   }
+  if (w_.k_scale.size() != w_.v_scale.size() ||
+      (!w_.k_scale.empty() && static_cast<int64_t>(w_.k_scale.size()) != c.num_hidden_layers))
+    throw invalid_input(source_.string(), "KV-cache scales must be given for every layer (k_scale and v_scale)");
+  for (size_t i = 0; i < w_.k_scale.size(); ++i)
+    if (!(w_.k_scale[i] > 0 && std::isfinite(w_.k_scale[i]) && w_.v_scale[i] > 0 && std::isfinite(w_.v_scale[i])))
+      throw invalid_input(source_.string(), "KV-cache scale of layer " + std::to_string(i) + " is not positive and finite");
   inv_freq_ = rope_inv_freq(c);
   if (!w_.rope_freq_factors.empty()) {
     if (w_.rope_freq_factors.size() != inv_freq_.size())
@@ -79,7 +85,13 @@ KvCache Model::make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size)
   KvShape s{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
   // One spare block per 16 sequences' worth of rounding is left to the caller:
   // max_tokens counts positions, blocks are rounded up per sequence.
-  return KvCache(s, dtype, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
+  KvCache cache(s, dtype, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
+  if (dtype == KvDType::F8_E4M3 && !w_.k_scale.empty()) {
+    for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
+      cache.set_f8_scales(li, std::vector<float>(static_cast<size_t>(s.n_kv_heads), w_.k_scale[static_cast<size_t>(li)]),
+                          std::vector<float>(static_cast<size_t>(s.n_kv_heads), w_.v_scale[static_cast<size_t>(li)]));
+  }
+  return cache;
 }
 
 void Model::rope(const Batch& b, float* x, int64_t heads) const {
@@ -216,6 +228,7 @@ void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, 
   }
   rope(b, q.data(), c.num_attention_heads);
   rope(b, k.data(), c.num_key_value_heads);
+  if (obs) obs->observe_kv(li, k.data(), v.data(), n, kvd);
   for (int64_t t = 0; t < n; ++t)
     cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd, v.data() + t * kvd);
   attention(li, b, q.data(), cache, att.data(), pool);

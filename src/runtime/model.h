@@ -36,6 +36,10 @@ struct ModelWeights {
   bool rope_interleaved = false;
   // GGUF rope_freqs (llama3 scaling precomputed): inv_freq[i] /= factor[i].
   std::vector<float> rope_freq_factors;
+  // Calibrated FP8 KV-cache scales, one per layer (k_scale / v_scale of a
+  // compressed-tensors kv_cache_scheme or modelopt export); empty when the
+  // checkpoint has none. make_cache(F8_E4M3) uses them.
+  std::vector<float> k_scale, v_scale;
 };
 
 // Sees the input of every Linear during forward (the importance matrix and
@@ -45,6 +49,9 @@ class LinearObserver {
   virtual ~LinearObserver() = default;
   enum Slot { Q, K, V, O, Gate, Up, Down, LmHead };
   virtual void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) = 0;
+  // K (after RoPE and, for qwen3, k_norm: what the cache stores) and V of n
+  // tokens, n rows of kv_dim floats each. KV-cache calibration uses it.
+  virtual void observe_kv(int64_t /*layer*/, const float* /*k*/, const float* /*v*/, int64_t /*n*/, int64_t /*kv_dim*/) {}
 };
 
 // Tokens to run in one forward pass. Tokens of one sequence must come in
@@ -75,7 +82,8 @@ class Model {
   // The attention window of a layer (0: full attention).
   int64_t window(int64_t layer) const;
 
-  // A cache sized for `max_tokens` positions in all.
+  // A cache sized for `max_tokens` positions in all. F8_E4M3 caches get the
+  // model's calibrated k/v scales when it has them (1.0 otherwise).
   KvCache make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size = 16) const;
 
   // Runs the batch, appending its K/V to `cache`; `logits` receives
@@ -98,6 +106,7 @@ class Model {
   // The weights, for quantizers that replace a layer's Linears in place.
   const ModelWeights& weights() const { return w_; }
   LayerWeights& mutable_layer(int64_t layer) { return w_.layers.at(static_cast<size_t>(layer)); }
+  ModelWeights& mutable_weights() { return w_; }
 
   // Weight bytes read to produce one token: every Linear, the norms and one
   // embedding row.
