@@ -89,10 +89,10 @@ struct Preset {
   bool supported = false;
   bool has_weights = false;
   QuantScheme weights;
+  std::optional<ActivationScheme> input_activations;
 };
 
-// compressed-tensors 0.18.0 PRESET_SCHEMES. Integer weight-only presets are
-// supported; the rest quantize activations or use float formats.
+// compressed-tensors 0.18.0 PRESET_SCHEMES.
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names = {
       "UNQUANTIZED", "W4A16_ASYM", "W8A8",  "INT8",  "W4AFP8", "FP8",   "FP8_DYNAMIC", "FP8_BLOCK",
@@ -111,28 +111,60 @@ std::optional<Preset> preset(const std::string& name_any_case) {
     p.supported = true;
     return p;
   }
+  const QuantScheme int_g128 = QuantScheme::make(4, true, QuantStrategy::Group, 128);
   if (name == "W4A16_ASYM") {
     p.supported = p.has_weights = true;
-    p.weights.bits = 4;
-    p.weights.symmetric = false;
-    p.weights.strategy = QuantStrategy::Group;
-    p.weights.group_size = 128;
+    p.weights = QuantScheme::make(4, false, QuantStrategy::Group, 128);
     return p;
   }
-  // _int_wnam(n): int, symmetric, group 128 (W8A16 too, since compressed-tensors
-  // 0.16.0; it was per-channel before).
-  if (name.size() == 5 && name[0] == 'W' && name.substr(2) == "A16" && name[1] >= '2' && name[1] <= '8') {
+  if (name == "W8A8" || name == "INT8") {  // INT8_W8A8: int8 channel weights, int8 per-token dynamic inputs
     p.supported = p.has_weights = true;
-    p.weights.bits = name[1] - '0';
-    p.weights.symmetric = true;
-    p.weights.strategy = QuantStrategy::Group;
-    p.weights.group_size = 128;
+    p.weights = QuantScheme::make(8, true, QuantStrategy::Channel, 0);
+    p.input_activations = ActivationScheme::int8_token();
     return p;
   }
-  return p;  // known, not supported yet
+  // _int_wnam(n[, m]): int, symmetric, group 128 (W8A16 too, since
+  // compressed-tensors 0.16.0; it was per-channel before); activations, when
+  // named, int m-bit per token, dynamic. Only 8-bit activations are run here.
+  if (name.size() == 4 + (name.back() == '6' ? 1 : 0) && name[0] == 'W' && name[2] == 'A' && name[1] >= '2' &&
+      name[1] <= '8') {
+    const std::string act = name.substr(3);
+    if (act != "16" && act != "8") return p;  // W*A4: known, not supported
+    p.supported = p.has_weights = true;
+    p.weights = int_g128;
+    p.weights.bits = name[1] - '0';
+    if (act == "8") p.input_activations = ActivationScheme::int8_token();
+    return p;
+  }
+  if (name == "W4AFP8") {
+    p.supported = p.has_weights = true;
+    p.weights = int_g128;
+    p.input_activations = ActivationScheme::fp8_token();
+    return p;
+  }
+  if (name == "FP8") {  // fp8 per-tensor weights, static per-tensor inputs
+    p.supported = p.has_weights = true;
+    p.weights = QuantScheme::fp8(QuantStrategy::Tensor, DType::F16, 0);
+    p.input_activations = ActivationScheme::fp8_tensor_static();
+    return p;
+  }
+  if (name == "FP8_DYNAMIC") {  // fp8 per-channel weights, per-token dynamic inputs
+    p.supported = p.has_weights = true;
+    p.weights = QuantScheme::fp8(QuantStrategy::Channel, DType::F16, 0);
+    p.input_activations = ActivationScheme::fp8_token();
+    return p;
+  }
+  if (name == "NVFP4A16" || name == "NVFP4") {
+    p.supported = p.has_weights = true;
+    p.weights = QuantScheme::nvfp4();
+    if (name == "NVFP4") p.input_activations = ActivationScheme::nvfp4();
+    return p;
+  }
+  return p;  // known, not supported yet (FP8_BLOCK, MXFP*, W*A4)
 }
 
-const char* kSupportedPresets = "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, UNQUANTIZED";
+const char* kSupportedPresets =
+    "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, W8A8 (INT8), W4A8, W4AFP8, FP8, FP8_DYNAMIC, NVFP4, NVFP4A16, UNQUANTIZED";
 
 // ---- the parser ---------------------------------------------------------------
 
@@ -309,6 +341,9 @@ class Parser {
   void parse_stage(const Entry& stage, Recipe& r);
   void parse_modifier(const Entry& mod, const std::string& stage, const std::string& group, Recipe& r);
   ModifierSpec::Group parse_scheme(const Entry& g, const std::string& path);
+  ActivationScheme parse_activations(const YAML::Node& n, const std::string& path, bool kv_cache);
+  void parse_awq_args(const Entries& a, ModifierSpec& m);
+  void parse_smoothquant(const Entry& mod, ModifierSpec& m);
   void parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
   std::string parse_actorder(const YAML::Node& n, const std::string& path);
   std::string parse_observer(const YAML::Node& n, const std::string& path);
@@ -316,12 +351,19 @@ class Parser {
   void parse_export(const Entry& e, ExportSpec& x);
 };
 
-const std::vector<std::string> kModifierKinds = {"GPTQModifier", "QuantizationModifier"};
+const std::vector<std::string> kModifierKinds = {"GPTQModifier", "QuantizationModifier", "AWQModifier",
+                                                "SmoothQuantModifier"};
+const char* kSupportedModifiers = "GPTQModifier, QuantizationModifier, AWQModifier, SmoothQuantModifier";
 const std::vector<std::string> kKnownModifiers = {
-    "AWQModifier",       "AutoRoundModifier",       "ConstantPruningModifier",
+    "AutoRoundModifier",       "ConstantPruningModifier",
     "LogarithmicEqualizationModifier", "MagnitudePruningModifier", "QuIPModifier",
-    "REAPPruningModifier", "SmoothQuantModifier",  "SparseGPTModifier",
+    "REAPPruningModifier", "SparseGPTModifier",
     "SpinQuantModifier", "WandaPruningModifier"};
+const std::vector<std::string> kBaseKeys = {"index", "group", "start", "end", "update", "requires_calibration_data"};
+const std::vector<std::string> kAwqKeys = {"mappings", "offload_device", "duo_scaling", "n_grid", "apply_clip"};
+const std::vector<std::string> kSmoothQuantKeys = {
+    "smoothing_strength", "mappings", "ignore", "num_calibration_steps", "calibration_function", "algorithm",
+    "search_smoothing_strength", "smoothing_strength_grid"};
 
 const std::vector<std::string> kMixinKeys = {
     "config_groups", "targets", "ignore", "scheme", "kv_cache_scheme", "weight_observer", "input_observer",
@@ -419,27 +461,35 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
   const std::string& kind = mod.key;
   if (std::find(kModifierKinds.begin(), kModifierKinds.end(), kind) == kModifierKinds.end()) {
     if (std::find(kKnownModifiers.begin(), kKnownModifiers.end(), kind) != kKnownModifiers.end())
-      fail(mod.key_node, kind + " is not supported yet (supported modifiers: GPTQModifier, QuantizationModifier)",
+      fail(mod.key_node, kind + " is not supported yet (supported modifiers: " + kSupportedModifiers + ")",
            ErrorKind::Unsupported);
     std::vector<std::string> all = kModifierKinds;
     all.insert(all.end(), kKnownModifiers.begin(), kKnownModifiers.end());
     const std::string c = closest(kind, all);
     fail(mod.key_node, "unknown modifier " + quote(kind) + " (" +
-                           (c.empty() ? "supported modifiers: GPTQModifier, QuantizationModifier"
+                           (c.empty() ? std::string("supported modifiers: ") + kSupportedModifiers
                                       : "did you mean " + quote(c) + "?") +
                            ")");
   }
   const bool gptq = kind == "GPTQModifier";
+  const bool awq = kind == "AWQModifier";
   ModifierSpec m;
   m.kind = kind;
   m.stage = stage;
   m.group = group;
   m.where = pos(mark(mod.key_node));
   const YAML::Mark mod_mark = mark(mod.key_node);
+  if (kind == "SmoothQuantModifier") {
+    parse_smoothquant(mod, m);
+    r.modifiers.push_back(std::move(m));
+    return;
+  }
 
   std::vector<std::string> allowed = kMixinKeys;
   if (gptq) allowed.insert(allowed.end(), kGptqOnlyKeys.begin(), kGptqOnlyKeys.end());
+  if (awq) allowed.insert(allowed.end(), kAwqKeys.begin(), kAwqKeys.end());
   Entries a = entries(mod.value, kind, &allowed, gptq ? &hint_gptq_key : &hint_quant_modifier_key);
+  if (awq) parse_awq_args(a, m);
   reject_null(a, kind, {"targets", "ignore", "bypass_divisibility_checks", "requires_calibration_data", "block_size",
                         "dampening_frac", "offload_hessians", "sequential_update"});
 
@@ -453,9 +503,8 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
   if (a.has("ignore")) m.ignore = as_patterns(a.get("ignore"), kind + ".ignore");
   if (a.has("bypass_divisibility_checks"))
     m.bypass_divisibility_checks = as_bool(a.get("bypass_divisibility_checks"), kind + ".bypass_divisibility_checks");
-  if (a.has("kv_cache_scheme"))
-    fail(a.get("kv_cache_scheme"), kind + ".kv_cache_scheme: kv-cache quantization is not supported yet",
-         ErrorKind::Unsupported);
+  if (a.has("kv_cache_scheme") && !a.get("kv_cache_scheme").IsNull())
+    m.kv_cache_scheme = parse_activations(a.get("kv_cache_scheme"), kind + ".kv_cache_scheme", true);
   for (const char* k : {"input_observer", "output_observer"})
     if (a.has(k)) parse_observer(a.get(k), kind + "." + k);
 
@@ -492,6 +541,10 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
       g.targets = targets;
       g.quantize_weights = p->has_weights;
       g.weights = p->weights;
+      g.input_activations = p->input_activations;
+      // Float schemes name their scale dtype (NVFP4: e4m3 blocks); FP8 scales
+      // follow the model dtype like integer ones.
+      g.scale_dtype_set = g.weights.is_nvfp4();
       m.groups.push_back(std::move(g));
     };
     if (s.IsScalar()) {
@@ -506,6 +559,8 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
   } else if (has_groups) {
     Entries gs = entries(a.get("config_groups"), kind + ".config_groups");
     for (const Entry& e : gs.items) m.groups.push_back(parse_scheme(e, kind + ".config_groups." + e.key));
+  } else if (awq) {
+    // A transform only: the quantizer that follows supplies the scheme.
   } else if (!gptq) {
     fail_at(mod_mark, "QuantizationModifier: nothing to quantize (set 'scheme: W4A16' or 'config_groups')");
   } else {
@@ -592,10 +647,11 @@ ModifierSpec::Group Parser::parse_scheme(const Entry& e, const std::string& path
   if (!s.has("targets")) fail(e.key_node, path + ": missing 'targets' (e.g. targets: [Linear])");
   g.targets = as_patterns(s.get("targets"), path + ".targets");
   if (g.targets.empty()) fail(s.get("targets"), path + ".targets: empty list");
-  for (const char* k : {"input_activations", "output_activations"})
-    if (s.has(k))
-      fail(s.get(k), path + "." + k + ": activation quantization is not supported yet (weight-only schemes only)",
-           ErrorKind::Unsupported);
+  if (s.has("output_activations") && !s.get("output_activations").IsNull())
+    fail(s.get("output_activations"), path + ".output_activations: output activation quantization is not supported",
+         ErrorKind::Unsupported);
+  if (s.has("input_activations") && !s.get("input_activations").IsNull())
+    g.input_activations = parse_activations(s.get("input_activations"), path + ".input_activations", false);
   if (s.has("format")) as_string(s.get("format"), path + ".format");
   if (s.has("weights")) {
     parse_weights(s.get("weights"), path + ".weights", g);
@@ -610,18 +666,23 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
   reject_null(a, path, {"num_bits", "type", "symmetric", "dynamic", "observer_kwargs"});
   QuantScheme& w = g.weights;
   // QuantizationArgs defaults: num_bits 8, type int, symmetric true.
+  bool is_float = false;
   if (a.has("type")) {
     const std::string t = lower(as_string(a.get("type"), path + ".type"));
-    if (t == "float")
-      fail(a.get("type"), path + ".type: float weights (FP8, NVFP4, MXFP) are not supported yet", ErrorKind::Unsupported);
-    if (t != "int") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
+    if (t != "int" && t != "float") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
+    is_float = t == "float";
   }
+  w.type = is_float ? QuantType::Float : QuantType::Int;
   w.bits = 8;
   if (a.has("num_bits")) {
     const int64_t b = as_int(a.get("num_bits"), path + ".num_bits");
+    if (is_float && b != 8 && b != 4)
+      fail(a.get("num_bits"), path + ".num_bits: float weights have 8 (FP8 E4M3) or 4 (NVFP4) bits, got " + std::to_string(b),
+           ErrorKind::Unsupported);
     if (b < 2 || b > 8) fail(a.get("num_bits"), path + ".num_bits: must be 2..8 for int weights, got " + std::to_string(b));
     w.bits = static_cast<int>(b);
   }
+  if (is_float) w.scale_dtype = w.bits == 4 ? DType::F8_E4M3 : DType::F16;
   if (a.has("symmetric")) w.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
 
   std::optional<int64_t> group_size;
@@ -635,13 +696,18 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
   if (a.has("strategy")) {
     const YAML::Node sn = a.get("strategy");
     strategy = lower(as_string(sn, path + ".strategy"));
-    if (strategy == "block" || strategy == "tensor_group")
-      fail(sn, path + ".strategy: " + quote(strategy) + " is not supported yet (tensor, channel, group)",
+    if (strategy == "block")
+      fail(sn, path + ".strategy: " + quote(strategy) + " is not supported yet (tensor, channel, group, tensor_group)",
            ErrorKind::Unsupported);
     if (strategy == "token" || strategy == "attn_head")
       fail(sn, path + ".strategy: " + quote(strategy) + " applies to activations, not weights (tensor, channel, group)");
-    if (strategy != "tensor" && strategy != "channel" && strategy != "group") {
-      const std::string c = closest(strategy, {"tensor", "channel", "group"});
+    if (strategy == "tensor_group" && !(is_float && w.bits == 4))
+      fail(sn, path + ".strategy: 'tensor_group' is NVFP4's (type float, num_bits 4, group_size 16)", ErrorKind::Unsupported);
+    if (is_float && w.bits == 4 && strategy != "tensor_group")
+      fail(sn, path + ".strategy: 4-bit float weights are NVFP4: strategy tensor_group, group_size 16 (MXFP4 is not supported)",
+           ErrorKind::Unsupported);
+    if (strategy != "tensor" && strategy != "channel" && strategy != "group" && strategy != "tensor_group") {
+      const std::string c = closest(strategy, {"tensor", "channel", "group", "tensor_group"});
       fail(sn, path + ".strategy: unknown strategy " + quote(strategy) + " (" +
                    (c.empty() ? std::string("tensor, channel or group") : "did you mean " + quote(c) + "?") + ")");
     }
@@ -650,7 +716,14 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
     strategy = !group_size ? "tensor" : *group_size > 0 ? "group" : "channel";
   }
   const YAML::Node strategy_or_map = a.has("strategy") ? a.get("strategy") : n;
-  if (strategy == "group") {
+  if (is_float && w.bits == 4 && strategy != "tensor_group")
+    fail(strategy_or_map, path + ": 4-bit float weights are NVFP4: strategy tensor_group, group_size 16", ErrorKind::Unsupported);
+  if (strategy == "tensor_group") {
+    if (!group_size || *group_size != 16)
+      fail(strategy_or_map, path + ": NVFP4 (tensor_group) needs group_size 16", ErrorKind::Unsupported);
+    w.strategy = QuantStrategy::TensorGroup;
+    w.group_size = 16;
+  } else if (strategy == "group") {
     if (!group_size || *group_size <= 0)
       fail(strategy_or_map, path + ": strategy 'group' needs a positive group_size (e.g. group_size: 128)");
     w.strategy = QuantStrategy::Group;
@@ -668,7 +741,7 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
   if (a.has("dynamic")) {
     const YAML::Node d = a.get("dynamic");
     if (d.IsScalar() && lower(d.Scalar()) == "local")
-      fail(d, path + ".dynamic: 'local' (NVFP4) is not supported yet", ErrorKind::Unsupported);
+      fail(d, path + ".dynamic: 'local' applies to NVFP4 activations, not weights");
     if (as_bool(d, path + ".dynamic"))
       fail(d, path + ".dynamic: dynamic weight quantization is not supported (weights are quantized once, statically)",
            ErrorKind::Unsupported);
@@ -685,18 +758,167 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
     if (t == "float16" || t == "half") w.scale_dtype = DType::F16;
     else if (t == "bfloat16") w.scale_dtype = DType::BF16;
     else if (t == "float32" || t == "float") w.scale_dtype = DType::F32;
+    else if (t == "float8_e4m3fn" && w.is_nvfp4()) w.scale_dtype = DType::F8_E4M3;
     else if (t == "float8_e4m3fn" || t == "uint8" || t == "float8_e5m2")
-      fail(sd, path + ".scale_dtype: " + quote(t) + " scales are not supported yet (float16, bfloat16, float32)",
+      fail(sd, path + ".scale_dtype: " + quote(t) + " scales are NVFP4's only (float16, bfloat16, float32 otherwise)",
            ErrorKind::Unsupported);
     else
       fail(sd, path + ".scale_dtype: unknown dtype " + got(sd) + " (float16, bfloat16, float32)");
+    if (w.is_nvfp4() && w.scale_dtype != DType::F8_E4M3)
+      fail(sd, path + ".scale_dtype: NVFP4 block scales are float8_e4m3fn", ErrorKind::Unsupported);
     g.scale_dtype_set = true;
   }
+  if (w.is_nvfp4()) g.scale_dtype_set = true;
   if (a.has("zp_dtype")) as_string(a.get("zp_dtype"), path + ".zp_dtype");  // integer zero points either way
   if (a.has("observer")) g.observer = parse_observer(a.get("observer"), path + ".observer");
   if (a.has("observer_kwargs")) {
     Entries kw = entries(a.get("observer_kwargs"), path + ".observer_kwargs");
     for (const Entry& e : kw.items) g.observer_kwargs[e.key] = as_string(e.value, path + ".observer_kwargs." + e.key);
+  }
+}
+
+// input_activations / kv_cache_scheme QuantizationArgs. Defaults as
+// compressed-tensors': num_bits 8, type int, symmetric true, dynamic false;
+// the strategy is inferred from group_size like weights (none -> tensor).
+ActivationScheme Parser::parse_activations(const YAML::Node& n, const std::string& path, bool kv_cache) {
+  Entries a = entries(n, path, &kArgsKeys);
+  reject_null(a, path, {"num_bits", "type", "symmetric", "dynamic", "observer_kwargs"});
+  ActivationScheme s;
+  s.dynamic = false;
+  if (a.has("type")) {
+    const std::string t = lower(as_string(a.get("type"), path + ".type"));
+    if (t != "int" && t != "float") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
+    s.type = t == "float" ? QuantType::Float : QuantType::Int;
+  }
+  if (a.has("num_bits")) s.bits = static_cast<int>(as_int(a.get("num_bits"), path + ".num_bits"));
+  if (a.has("symmetric")) s.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
+  std::optional<int64_t> group_size;
+  if (a.has("group_size")) group_size = as_int(a.get("group_size"), path + ".group_size");
+  std::string strategy;
+  if (a.has("strategy")) {
+    strategy = lower(as_string(a.get("strategy"), path + ".strategy"));
+  } else {
+    strategy = !group_size ? "tensor" : *group_size > 0 ? "group" : "channel";
+  }
+  const YAML::Node at = a.has("strategy") ? a.get("strategy") : n;
+  if (a.has("dynamic")) {
+    const YAML::Node d = a.get("dynamic");
+    if (d.IsScalar() && lower(d.Scalar()) == "local") {
+      if (!(s.type == QuantType::Float && s.bits == 4))
+        fail(d, path + ".dynamic: 'local' is for NVFP4 activations (type float, num_bits 4, strategy tensor_group)");
+      s.dynamic = true;
+    } else {
+      s.dynamic = as_bool(d, path + ".dynamic");
+    }
+  }
+  if (a.has("block_structure") && !a.get("block_structure").IsNull())
+    fail(a.get("block_structure"), path + ".block_structure: block activation scales are not supported", ErrorKind::Unsupported);
+  if (a.has("actorder") && !a.get("actorder").IsNull())
+    fail(a.get("actorder"), path + ".actorder: act-order applies to weights");
+  if (a.has("observer")) parse_observer(a.get("observer"), path + ".observer");
+  if (a.has("scale_dtype")) as_string(a.get("scale_dtype"), path + ".scale_dtype");
+  if (a.has("zp_dtype")) as_string(a.get("zp_dtype"), path + ".zp_dtype");
+  if (a.has("observer_kwargs")) entries(a.get("observer_kwargs"), path + ".observer_kwargs");
+  if (strategy == "token") s.strategy = QuantStrategy::Token;
+  else if (strategy == "tensor") s.strategy = QuantStrategy::Tensor;
+  else if (strategy == "tensor_group") s.strategy = QuantStrategy::TensorGroup, s.group_size = group_size.value_or(0);
+  else if (strategy == "channel" || strategy == "group" || strategy == "block" || strategy == "attn_head")
+    fail(at, path + ".strategy: " + quote(strategy) + " activation scales are not supported (token, tensor, tensor_group)",
+         ErrorKind::Unsupported);
+  else
+    fail(at, path + ".strategy: unknown strategy " + quote(strategy) + " (token, tensor or tensor_group)");
+  if (kv_cache) {
+    if (!(s.type == QuantType::Float && s.bits == 8 && s.strategy == QuantStrategy::Tensor && !s.dynamic && s.symmetric))
+      fail(n, path + ": only FP8 E4M3 KV caches with static per-tensor scales are supported (num_bits: 8, type: float, "
+                     "strategy: tensor, dynamic: false)",
+           ErrorKind::Unsupported);
+    return s;
+  }
+  if (s.type == QuantType::Int && s.bits != 8)
+    fail(a.has("num_bits") ? a.get("num_bits") : n,
+         path + ".num_bits: integer activations are quantized to 8 bits only, not " + std::to_string(s.bits),
+         ErrorKind::Unsupported);
+  if (s.type == QuantType::Float && s.bits != 8 && s.bits != 4)
+    fail(a.has("num_bits") ? a.get("num_bits") : n,
+         path + ".num_bits: float activations are FP8 (8) or NVFP4 (4), not " + std::to_string(s.bits), ErrorKind::Unsupported);
+  if (s.is_nvfp4() && (s.strategy != QuantStrategy::TensorGroup || s.group_size != 16 || !s.dynamic))
+    fail(n, path + ": NVFP4 activations are strategy tensor_group, group_size 16, dynamic local", ErrorKind::Unsupported);
+  if (!s.is_nvfp4() && s.strategy == QuantStrategy::TensorGroup)
+    fail(at, path + ".strategy: tensor_group activations are NVFP4's (type float, num_bits 4)", ErrorKind::Unsupported);
+  if (s.strategy == QuantStrategy::Token && !s.dynamic)
+    fail(n, path + ": per-token activation scales are dynamic (set dynamic: true, or strategy: tensor for static scales)");
+  if (s.strategy == QuantStrategy::Tensor && s.dynamic)
+    fail(n, path + ": dynamic per-tensor activation scales are not supported (use strategy: token)", ErrorKind::Unsupported);
+  if (s.type == QuantType::Float && !s.symmetric) fail(n, path + ": float activations are symmetric");
+  if (s.strategy == QuantStrategy::Token && !s.symmetric)
+    fail(n, path + ": asymmetric per-token activations are not supported", ErrorKind::Unsupported);
+  return s;
+}
+
+void Parser::parse_awq_args(const Entries& a, ModifierSpec& m) {
+  const std::string k = m.kind;
+  reject_null(a, k, {"duo_scaling", "n_grid", "apply_clip"});
+  if (a.has("mappings") && !a.get("mappings").IsNull())
+    fail(a.get("mappings"), k + ".mappings: custom mappings are not supported; the llama-family defaults are used "
+                                "(input_layernorm -> q/k/v, v_proj -> o_proj, post_attention_layernorm -> gate/up, "
+                                "up_proj -> down_proj)",
+         ErrorKind::Unsupported);
+  if (a.has("offload_device")) (void)a.get("offload_device");  // memory placement: no effect on CPU
+  if (a.has("duo_scaling")) {
+    const YAML::Node d = a.get("duo_scaling");
+    if (d.IsScalar() && lower(d.Scalar()) == "both")
+      fail(d, k + ".duo_scaling: 'both' is not supported (true or false)", ErrorKind::Unsupported);
+    m.duo_scaling = as_bool(d, k + ".duo_scaling");
+  }
+  if (a.has("n_grid")) {
+    m.n_grid = as_int(a.get("n_grid"), k + ".n_grid");
+    if (m.n_grid < 1) fail(a.get("n_grid"), k + ".n_grid: must be >= 1");
+  }
+  if (a.has("apply_clip")) m.apply_clip = as_bool(a.get("apply_clip"), k + ".apply_clip");
+}
+
+void Parser::parse_smoothquant(const Entry& mod, ModifierSpec& m) {
+  const std::string k = m.kind;
+  std::vector<std::string> allowed = kSmoothQuantKeys;
+  allowed.insert(allowed.end(), kBaseKeys.begin(), kBaseKeys.end());
+  Entries a = entries(mod.value, k, &allowed);
+  reject_null(a, k, {"smoothing_strength", "ignore", "algorithm", "search_smoothing_strength", "smoothing_strength_grid"});
+  if (a.has("group")) m.group = as_string(a.get("group"), k + ".group");
+  for (const char* f : {"index", "start", "end", "update"})
+    if (a.has(f)) as_double(a.get(f), k + "." + f);
+  if (a.has("requires_calibration_data")) as_bool(a.get("requires_calibration_data"), k + ".requires_calibration_data");
+  if (a.has("smoothing_strength")) {
+    m.smoothing_strength = as_double(a.get("smoothing_strength"), k + ".smoothing_strength");
+    if (!(m.smoothing_strength >= 0 && m.smoothing_strength <= 1))
+      fail(a.get("smoothing_strength"), k + ".smoothing_strength: must be in [0, 1]");
+  }
+  if (a.has("mappings") && !a.get("mappings").IsNull())
+    fail(a.get("mappings"), k + ".mappings: custom mappings are not supported; the llama-family defaults are used "
+                                "(input_layernorm -> q/k/v, post_attention_layernorm -> gate/up)",
+         ErrorKind::Unsupported);
+  if (a.has("ignore")) m.ignore = as_patterns(a.get("ignore"), k + ".ignore");
+  if (a.has("num_calibration_steps") && !a.get("num_calibration_steps").IsNull())
+    as_int(a.get("num_calibration_steps"), k + ".num_calibration_steps");  // every calibration sample is used
+  if (a.has("calibration_function") && !a.get("calibration_function").IsNull())
+    fail(a.get("calibration_function"), k + ".calibration_function: Python callables cannot be given in a recipe",
+         ErrorKind::Unsupported);
+  if (a.has("algorithm")) {
+    const std::string al = lower(as_string(a.get("algorithm"), k + ".algorithm"));
+    if (al == "log_equalization")
+      fail(a.get("algorithm"), k + ".algorithm: 'log_equalization' is not supported (smoothquant)", ErrorKind::Unsupported);
+    if (al != "smoothquant") fail(a.get("algorithm"), k + ".algorithm: expected 'smoothquant', got " + got(a.get("algorithm")));
+  }
+  if (a.has("search_smoothing_strength"))
+    m.search_smoothing_strength = as_bool(a.get("search_smoothing_strength"), k + ".search_smoothing_strength");
+  if (a.has("smoothing_strength_grid")) {
+    const YAML::Node g = a.get("smoothing_strength_grid");
+    if (!g.IsSequence() || g.size() == 0) fail(g, k + ".smoothing_strength_grid: expected a non-empty list of numbers in [0, 1]");
+    m.smoothing_strength_grid.clear();
+    for (const auto& v : g) {
+      const double x = as_double(v, k + ".smoothing_strength_grid");
+      if (!(x >= 0 && x <= 1)) fail(v, k + ".smoothing_strength_grid: values must be in [0, 1]");
+      m.smoothing_strength_grid.push_back(x);
+    }
   }
 }
 
@@ -756,10 +978,10 @@ void Parser::parse_export(const Entry& e, ExportSpec& x) {
   if (a.has("format")) {
     const YAML::Node f = a.get("format");
     const std::string v = as_string(f, "export.format");
-    if (v != "compressed-tensors" && v != "gptq") {
-      const std::string c = closest(v, {"compressed-tensors", "gptq"});
+    if (v != "compressed-tensors" && v != "gptq" && v != "awq" && v != "modelopt") {
+      const std::string c = closest(v, {"compressed-tensors", "gptq", "awq", "modelopt"});
       fail(f, "export.format: unknown format " + quote(v) + " (" +
-                  (c.empty() ? std::string("compressed-tensors or gptq") : "did you mean " + quote(c) + "?") + ")");
+                  (c.empty() ? std::string("compressed-tensors, gptq, awq or modelopt") : "did you mean " + quote(c) + "?") + ")");
     }
     x.format = v;
   }

@@ -7,11 +7,14 @@
 //       GPTQModifier: {...}  (the class name, then its keyword arguments)
 // exactly as llm-compressor's Recipe.from_dict reads them
 // [llm-compressor:src/llmcompressor/recipe/recipe.py]. Stages and groups run
-// in file order. Supported today: GPTQModifier and QuantizationModifier with
-// integer weight-only schemes (presets W2A16..W8A16, W4A16_ASYM, UNQUANTIZED,
-// or explicit `config_groups`). Everything llm-compressor knows but quantforge
-// does not do yet (activation quantization, FP8/NVFP4/MXFP presets, AWQ,
-// SmoothQuant, kv-cache schemes, ...) is rejected with ErrorKind::Unsupported;
+// in file order. Supported: SmoothQuantModifier and AWQModifier (transforms),
+// then GPTQModifier or QuantizationModifier with integer (2..8 bits), FP8 or
+// NVFP4 weights, optional input activations (int8 or FP8 per token / static
+// per tensor, NVFP4) and an FP8 kv_cache_scheme; presets W2A16..W8A16,
+// W4A16_ASYM, W8A8/INT8, W4A8, W4AFP8, FP8, FP8_DYNAMIC, NVFP4, NVFP4A16,
+// UNQUANTIZED, or explicit `config_groups`. Everything llm-compressor knows
+// but quantforge does not do (block/MX formats, 4-bit activations, custom
+// smoothing mappings, pruning, ...) is rejected with ErrorKind::Unsupported;
 // everything malformed with ErrorKind::InvalidInput. Both messages read
 // "FILE:LINE:COLUMN: what (hint)" with 1-based line and column.
 //
@@ -29,12 +32,17 @@
 #include <string_view>
 #include <vector>
 
+#include "quantizers/act_quant.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf {
 
 struct ModifierSpec {
-  std::string kind;                       // "GPTQModifier" | "QuantizationModifier"
+  // "GPTQModifier" | "QuantizationModifier" (quantizers) | "AWQModifier" |
+  // "SmoothQuantModifier" (transforms; AWQModifier may also carry a scheme,
+  // as llm-compressor < 0.9 did, and then quantizes by RTN unless a
+  // quantizer follows it)
+  std::string kind;
   std::string stage;                      // "quant" for quant_stage
   std::string group;                      // "quant" for quant_modifiers (or the `group:` argument)
   std::string where;                      // "FILE:LINE:COL" of the modifier's name, for messages
@@ -61,6 +69,8 @@ struct ModifierSpec {
     // (default "static" -> "weight"); QuantizationModifier (RTN) ignores it.
     std::string actorder;
     std::string observer = "minmax";      // "minmax" | "mse" (memoryless_/static_ variants map here)
+    // The group's input_activations (nullopt: weight-only).
+    std::optional<ActivationScheme> input_activations;
     std::map<std::string, std::string> observer_kwargs;  // raw scalars, e.g. {"maxshrink": "0.2"}
   };
   std::vector<Group> groups;
@@ -72,6 +82,21 @@ struct ModifierSpec {
   std::vector<std::string> sequential_targets;  // accepted (older llm-compressor), advisory only
   // QuantizationMixin
   bool bypass_divisibility_checks = false;
+  // kv_cache_scheme: FP8 E4M3, static per-tensor k/v scales (nullopt: none).
+  std::optional<ActivationScheme> kv_cache_scheme;
+
+  // AWQModifier
+  bool duo_scaling = true;
+  int64_t n_grid = 20;
+  bool apply_clip = true;                 // quantforge: AutoAWQ's clip search after the scales
+  // SmoothQuantModifier
+  double smoothing_strength = 0.5;
+  // quantforge: choose the strength per layer from the grid by the quantized
+  // layer's output error (smoothing_strength is then unused)
+  bool search_smoothing_strength = false;
+  std::vector<double> smoothing_strength_grid = {0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9};
+
+  bool is_transform() const { return kind == "AWQModifier" || kind == "SmoothQuantModifier"; }
 };
 
 struct CalibrationSpec {
@@ -83,7 +108,7 @@ struct CalibrationSpec {
 };
 
 struct ExportSpec {
-  std::string format = "compressed-tensors";  // or "gptq"
+  std::string format = "compressed-tensors";  // or "gptq", "awq" (AutoAWQ GEMM), "modelopt" (NVIDIA Model Optimizer HF)
   uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
 };
 

@@ -402,9 +402,10 @@ TEST(Recipe, SchemeForHonoursIgnoreAndPrecedence) {
 TEST(Recipe, ErrorUnknownModifier) {
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifer:\n      scheme: W4A16\n", ErrorKind::InvalidInput,
                "r.yaml:3:5: unknown modifier 'GPTQModifer' (did you mean 'GPTQModifier'?)");
-  expect_error("quant_stage:\n  quant_modifiers:\n    AWQModifier: {}\n    GPTQModifier: {scheme: W4A16}\n",
+  expect_error("quant_stage:\n  quant_modifiers:\n    SparseGPTModifier: {}\n    GPTQModifier: {scheme: W4A16}\n",
                ErrorKind::Unsupported,
-               "r.yaml:3:5: AWQModifier is not supported yet (supported modifiers: GPTQModifier, QuantizationModifier)");
+               "r.yaml:3:5: SparseGPTModifier is not supported yet (supported modifiers: GPTQModifier, "
+               "QuantizationModifier, AWQModifier, SmoothQuantModifier)");
 }
 
 TEST(Recipe, ErrorUnknownKey) {
@@ -501,28 +502,133 @@ TEST(Recipe, ErrorYamlSyntax) {
 }
 
 TEST(Recipe, ErrorUnsupportedPreset) {
-  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W8A8\n", ErrorKind::Unsupported,
-               "r.yaml:4:15: GPTQModifier.scheme: preset 'W8A8' is not supported yet (supported presets: W4A16, "
-               "W4A16_ASYM, W8A16, W2A16..W7A16, UNQUANTIZED; activation and float quantization are future work)");
-  for (const char* p : {"FP8", "FP8_DYNAMIC", "NVFP4", "NVFP4A16", "MXFP4", "W4AFP8", "INT8", "W4A8"}) {
+  for (const char* p : {"MXFP4", "MXFP8", "FP8_BLOCK", "W4A4", "W2A4"}) {
     const Error e =
         parse_error(std::string("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: ") + p + "\n");
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << p << ": " << e.what();
-    EXPECT_NE(std::string(e.what()).find("r.yaml:4:15: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("r.yaml:4:15: QuantizationModifier.scheme: preset '"), std::string::npos) << e.what();
   }
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A61\n", ErrorKind::InvalidInput,
                "r.yaml:4:15: GPTQModifier.scheme: unknown preset scheme 'W4A61' (did you mean 'W4A16'?)");
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
-               "          targets: [Linear]\n          weights: {num_bits: 8, type: float}\n",
+               "          targets: [Linear]\n          weights: {num_bits: 6, type: float}\n",
                ErrorKind::Unsupported,
-               "r.yaml:7:40: GPTQModifier.config_groups.g.weights.type: float weights (FP8, NVFP4, MXFP) are not "
-               "supported yet");
+               "r.yaml:7:31: GPTQModifier.config_groups.g.weights.num_bits: float weights have 8 (FP8 E4M3) or 4 "
+               "(NVFP4) bits, got 6");
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
                "          targets: [Linear]\n          weights: {num_bits: 8}\n"
-               "          input_activations: {num_bits: 8, strategy: token, dynamic: true}\n",
+               "          input_activations: {num_bits: 4, strategy: token, dynamic: true}\n",
                ErrorKind::Unsupported,
-               "r.yaml:8:30: GPTQModifier.config_groups.g.input_activations: activation quantization is not supported "
-               "yet (weight-only schemes only)");
+               "r.yaml:8:41: GPTQModifier.config_groups.g.input_activations.num_bits: integer activations are "
+               "quantized to 8 bits only, not 4");
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 8}\n"
+               "          input_activations: {num_bits: 8, strategy: token}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:8:30: GPTQModifier.config_groups.g.input_activations: per-token activation scales are dynamic "
+               "(set dynamic: true, or strategy: tensor for static scales)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: FP8\n"
+               "      kv_cache_scheme: {num_bits: 8, type: int, strategy: tensor}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:5:24: QuantizationModifier.kv_cache_scheme: only FP8 E4M3 KV caches with static per-tensor "
+               "scales are supported (num_bits: 8, type: float, strategy: tensor, dynamic: false)");
+}
+
+TEST(Recipe, ActivationAndFloatPresets) {
+  auto first = [](const std::string& preset) {
+    const Recipe r = parse_recipe_text("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: " +
+                                           preset + "\n",
+                                       "r.yaml");
+    return r.modifiers.at(0).groups.at(0);
+  };
+  const auto w8a8 = first("W8A8");
+  EXPECT_EQ(w8a8.weights.describe(), "int8 sym channel");
+  ASSERT_TRUE(w8a8.input_activations);
+  EXPECT_EQ(w8a8.input_activations->describe(), "int8 token dynamic");
+  EXPECT_EQ(first("INT8").weights.describe(), "int8 sym channel");
+  const auto fp8 = first("FP8");
+  EXPECT_EQ(fp8.weights.describe(), "fp8 tensor");
+  ASSERT_TRUE(fp8.input_activations);
+  EXPECT_EQ(fp8.input_activations->describe(), "fp8 tensor static");
+  const auto fp8d = first("fp8_dynamic");
+  EXPECT_EQ(fp8d.weights.describe(), "fp8 channel");
+  EXPECT_EQ(fp8d.input_activations->describe(), "fp8 token dynamic");
+  const auto nv = first("NVFP4");
+  EXPECT_TRUE(nv.weights.is_nvfp4());
+  EXPECT_EQ(nv.weights.scale_dtype, DType::F8_E4M3);
+  EXPECT_TRUE(nv.scale_dtype_set);
+  ASSERT_TRUE(nv.input_activations);
+  EXPECT_TRUE(nv.input_activations->is_nvfp4());
+  const auto nva16 = first("NVFP4A16");
+  EXPECT_TRUE(nva16.weights.is_nvfp4());
+  EXPECT_FALSE(nva16.input_activations);
+  EXPECT_EQ(first("W4A8").input_activations->describe(), "int8 token dynamic");
+  EXPECT_EQ(first("W4AFP8").input_activations->describe(), "fp8 token dynamic");
+  EXPECT_FALSE(first("W4A16").input_activations);
+
+  // The same schemes written out as config_groups.
+  const Recipe r = parse_recipe_text(
+      "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n"
+      "      kv_cache_scheme: {num_bits: 8, type: float, strategy: tensor, dynamic: false, symmetric: true}\n"
+      "      config_groups:\n"
+      "        a:\n          targets: ['re:.*mlp.*']\n"
+      "          weights: {num_bits: 4, type: float, strategy: tensor_group, group_size: 16, scale_dtype: float8_e4m3fn}\n"
+      "          input_activations: {num_bits: 4, type: float, strategy: tensor_group, group_size: 16, dynamic: local}\n"
+      "        b:\n          targets: [Linear]\n"
+      "          weights: {num_bits: 8, type: int, strategy: channel}\n"
+      "          input_activations: {num_bits: 8, type: int, strategy: tensor, dynamic: false, symmetric: false}\n",
+      "r.yaml");
+  const ModifierSpec& m = r.modifiers.at(0);
+  ASSERT_TRUE(m.kv_cache_scheme);
+  EXPECT_EQ(m.kv_cache_scheme->describe(), "fp8 tensor static");
+  ASSERT_EQ(m.groups.size(), 2u);
+  EXPECT_TRUE(m.groups[0].weights.is_nvfp4());
+  EXPECT_TRUE(m.groups[0].input_activations->is_nvfp4());
+  EXPECT_EQ(m.groups[1].input_activations->describe(), "int8 asym tensor static");
+  EXPECT_EQ(scheme_for(m, "model.layers.0.mlp.up_proj")->name, "a");
+  EXPECT_EQ(scheme_for(m, "model.layers.0.self_attn.q_proj")->name, "b");
+}
+
+TEST(Recipe, TransformModifiers) {
+  const Recipe r = parse_recipe_text(
+      "smooth_stage:\n  smooth_modifiers:\n    SmoothQuantModifier:\n      smoothing_strength: 0.8\n"
+      "quant_stage:\n  quant_modifiers:\n    AWQModifier: {duo_scaling: false, n_grid: 10, apply_clip: false}\n"
+      "    GPTQModifier: {scheme: W4A16}\n",
+      "r.yaml");
+  ASSERT_EQ(r.modifiers.size(), 3u);
+  EXPECT_EQ(r.modifiers[0].kind, "SmoothQuantModifier");
+  EXPECT_TRUE(r.modifiers[0].is_transform());
+  EXPECT_DOUBLE_EQ(r.modifiers[0].smoothing_strength, 0.8);
+  EXPECT_FALSE(r.modifiers[0].search_smoothing_strength);
+  EXPECT_EQ(r.modifiers[1].kind, "AWQModifier");
+  EXPECT_TRUE(r.modifiers[1].groups.empty());
+  EXPECT_FALSE(r.modifiers[1].duo_scaling);
+  EXPECT_EQ(r.modifiers[1].n_grid, 10);
+  EXPECT_FALSE(r.modifiers[1].apply_clip);
+  EXPECT_EQ(r.modifiers[2].kind, "GPTQModifier");
+  // AWQModifier with its own scheme (llm-compressor < 0.9 style).
+  const Recipe legacy = parse_recipe_text(
+      "quant_stage:\n  quant_modifiers:\n    AWQModifier: {scheme: W4A16_ASYM, ignore: [lm_head]}\n", "r.yaml");
+  ASSERT_EQ(legacy.modifiers.at(0).groups.size(), 1u);
+  EXPECT_FALSE(legacy.modifiers[0].groups[0].weights.symmetric);
+  const Recipe search = parse_recipe_text(
+      "quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {search_smoothing_strength: true, "
+      "smoothing_strength_grid: [0.5, 0.9]}\n    QuantizationModifier: {scheme: W8A8}\n",
+      "r.yaml");
+  EXPECT_TRUE(search.modifiers[0].search_smoothing_strength);
+  EXPECT_EQ(search.modifiers[0].smoothing_strength_grid, (std::vector<double>{0.5, 0.9}));
+  expect_error("quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {smoothing_strength: 1.5}\n",
+               ErrorKind::InvalidInput, "r.yaml:3:47: SmoothQuantModifier.smoothing_strength: must be in [0, 1]");
+  expect_error("quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {mappings: [[[a], b]]}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:3:37: SmoothQuantModifier.mappings: custom mappings are not supported; the llama-family "
+               "defaults are used (input_layernorm -> q/k/v, post_attention_layernorm -> gate/up)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    AWQModifier: {duo_scaling: both}\n", ErrorKind::Unsupported,
+               "r.yaml:3:32: AWQModifier.duo_scaling: 'both' is not supported (true or false)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {alpha: 0.5}\n", ErrorKind::InvalidInput,
+               "r.yaml:3:27: SmoothQuantModifier: unknown key 'alpha' (valid keys: smoothing_strength, mappings, ignore, "
+               "num_calibration_steps, calibration_function, algorithm, search_smoothing_strength, "
+               "smoothing_strength_grid, index, group, start, end, update, requires_calibration_data)");
 }
 
 TEST(Recipe, FilesAndMarkdownCards) {
