@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quantizers/float_quant.h"
 
 namespace qf {
 
@@ -42,18 +44,38 @@ void ActivationScheme::validate(const std::string& where) const {
 namespace qf {
 namespace {
 
-constexpr float kFp8Max = 448.0f, kFp4Max = 6.0f;
+// compressed-tensors' conventions (quantization/utils/helpers.py
+// calculate_qparams, lifecycle/forward_helpers.py _quantize_dequantize):
+//   - symmetric scale = amax / (bit_range / 2): int8 amax / 127.5, fp8 amax / 448;
+//   - asymmetric int8: scale = (max - min) / 255, zero = round(clamp(-128 - min / scale));
+//   - a zero scale becomes the eps of the activation dtype (f32 here);
+//   - codes: x / scale (+ zero) in f32, clamped to the type's range, then
+//     rounded (int: half to even; fp8/e2m1: the RNE cast);
+//   - NVFP4 "local": per 16-value block, scale = e4m3(global * (amax_block / 6))
+//     (zero -> 0.125), x / (scale / global) rounded to e2m1.
+constexpr float kFp8Max = 448.0f;
+constexpr float kInt8Half = 127.5f;  // (127 - (-128)) / 2
+constexpr float kF32Eps = std::numeric_limits<float>::epsilon();
 
-float nonzero(float s) { return s > 0 && std::isfinite(s) ? s : 1.0f; }
+float nonzero(float s) { return s > 0 && std::isfinite(s) ? s : kF32Eps; }
 
-// One NVFP4 block of 16 (or fewer) values in place, against the global scale.
-void nvfp4_block(float* x, int64_t n, float global) {
+float row_amax(const float* x, int64_t n) {
   float amax = 0;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  float s = f8e4m3_to_f32(f32_to_f8e4m3(global * (amax / kFp4Max)));
-  if (s == 0) s = 1.0f;  // all-zero block (or underflow): codes are zero either way
-  const float inv = global / s;  // x / (s / global)
-  for (int64_t i = 0; i < n; ++i) x[i] = e2m1_to_f32(f32_to_e2m1(x[i] * inv)) * (s / global);
+  return amax;
+}
+
+// The int8 code of x: clamp(x / scale + zero, -128, 127) rounded half to even.
+inline int8_t int8_code(float x, float scale, int32_t zero) {
+  const float t = x / scale + static_cast<float>(zero);
+  return static_cast<int8_t>(std::nearbyint(std::clamp(t, -128.0f, 127.0f)));
+}
+
+// One NVFP4 block of n (<= 16) values in place, against the global scale.
+void nvfp4_block(float* x, int64_t n, float global) {
+  const float s = nvfp4_block_scale(row_amax(x, n), global);
+  const float eff = s / global;
+  for (int64_t i = 0; i < n; ++i) x[i] = e2m1_to_f32(nvfp4_code(x[i], s, global)) * eff;
 }
 
 }  // namespace
@@ -66,17 +88,18 @@ ActQuantParams calibrate_activation(const ActivationScheme& s, float min, float 
   const float lo = std::min(min, 0.0f), hi = std::max(max, 0.0f);
   const float amax = std::max(-lo, hi);
   if (s.is_nvfp4()) {
-    p.global_scale = amax > 0 ? kFp8Max * kFp4Max / amax : 1.0f;
+    p.global_scale = nvfp4_global_scale(amax);
     return p;
   }
   if (s.dynamic) return p;
   if (s.type == QuantType::Float) {
     p.scale = nonzero(amax / kFp8Max);
   } else if (s.symmetric) {
-    p.scale = nonzero(amax / 127.5f);
+    p.scale = nonzero(amax / kInt8Half);
   } else {
-    p.scale = nonzero((hi - lo) / 255.0f);
-    p.zero_point = static_cast<int32_t>(std::clamp(std::nearbyint(-128.0f - lo / p.scale), -128.0f, 127.0f));
+    const float scale = (hi - lo) / 255.0f;
+    p.scale = nonzero(scale);
+    p.zero_point = static_cast<int32_t>(std::nearbyint(std::clamp(-128.0f - lo / p.scale, -128.0f, 127.0f)));
   }
   return p;
 }
@@ -88,14 +111,11 @@ void quantize_activations_int8(const ActQuantParams& p, const float* x, int64_t 
     float s = p.scale;
     int32_t z = p.zero_point;
     if (p.scheme.dynamic) {
-      float amax = 0;
-      for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(xr[i]));
-      s = nonzero(amax / 127.5f);
+      s = nonzero(row_amax(xr, in) / kInt8Half);
       z = 0;
     }
-    const float inv = 1.0f / s;
-    for (int64_t i = 0; i < in; ++i)
-      q[t * in + i] = static_cast<int8_t>(std::clamp(std::nearbyint(xr[i] * inv) + static_cast<float>(z), -128.0f, 127.0f));
+    int8_t* qr = q + t * in;
+    for (int64_t i = 0; i < in; ++i) qr[i] = int8_code(xr[i], s, z);
     row_scale[t] = s;
     row_zero[t] = z;
   }
@@ -112,16 +132,14 @@ void quantize_activations(const ActQuantParams& p, float* x, int64_t n, int64_t 
     float sc = p.scale;
     int32_t z = p.zero_point;
     if (s.dynamic) {
-      float amax = 0;
-      for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(xr[i]));
-      sc = nonzero(amax / (s.type == QuantType::Float ? kFp8Max : 127.5f));
+      sc = nonzero(row_amax(xr, in) / (s.type == QuantType::Float ? kFp8Max : kInt8Half));
       z = 0;
     }
     if (s.type == QuantType::Float) {
       for (int64_t i = 0; i < in; ++i) xr[i] = f8e4m3_to_f32(f32_to_f8e4m3(xr[i] / sc)) * sc;
     } else {
       for (int64_t i = 0; i < in; ++i)
-        xr[i] = (std::clamp(std::nearbyint(xr[i] / sc) + static_cast<float>(z), -128.0f, 127.0f) - static_cast<float>(z)) * sc;
+        xr[i] = static_cast<float>(static_cast<int32_t>(int8_code(xr[i], sc, z)) - z) * sc;
     }
   }
 }

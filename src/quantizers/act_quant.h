@@ -59,12 +59,16 @@ struct ActQuantParams {
 
 // Static parameters from the calibrated range of a Linear's input (min <= 0 <= max
 // is not assumed; ranges are widened to include 0 as compressed-tensors does).
-// Dynamic schemes get scale 0 (NVFP4 gets its global scale). InvalidInput naming
-// `where` for a non-finite range.
+// Dynamic schemes get scale 0 (NVFP4 gets its global scale). A zero scale (static
+// or per token) is replaced by the f32 eps 2^-23, compressed-tensors' eps of the
+// activation dtype; the asymmetric zero point is round(clamp(-128 - min / scale)).
+// InvalidInput naming `where` for a non-finite range.
 ActQuantParams calibrate_activation(const ActivationScheme& s, float min, float max, const std::string& where);
 
 // Quantizes and decodes n rows of `in` values in place (fake quantization,
-// bit-exact to the scheme's codes): what the Linear then multiplies.
+// bit-exact to the scheme's codes): what the Linear then multiplies. Codes are
+// x / scale (+ zero point) in f32, clamped, then rounded half to even (int8)
+// or cast RNE (fp8, e2m1), as compressed-tensors' _quantize_dequantize.
 void quantize_activations(const ActQuantParams& p, float* x, int64_t n, int64_t in);
 
 // INT8 only: the codes and per-row scales of x (per token: one scale per row;
