@@ -43,7 +43,7 @@ TEST(ModeloptFormat, RoundTripFp8AndNvfp4) {
   EXPECT_EQ(n.act->global_scale, 256.0f);
   const auto wo = read_modelopt_linear(ck, "w", modelopt_hf_quant_config("W4A16_NVFP4", std::nullopt, 16, {}));
   EXPECT_EQ(wo.q.q, w4.q);
-  EXPECT_EQ(wo.q.scales, w4.q.scales);
+  EXPECT_EQ(wo.q.scales, w4.scales);
   EXPECT_FALSE(wo.act.has_value());
   // A reciprocal that is not exact moves by at most one ulp.
   EXPECT_NEAR(wo.q.global_scale, w4.global_scale, w4.global_scale * 1.2e-7f);
