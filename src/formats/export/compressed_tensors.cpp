@@ -1,5 +1,7 @@
 #include "formats/export/compressed_tensors.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -26,24 +28,144 @@ const json& field(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
+// Scale (and zero point) shape of a weight: [1], [out, 1] or [out, groups].
+Shape param_shape(const QuantizedTensor& q) {
+  switch (q.scheme.strategy) {
+    case QuantStrategy::Tensor: return {1};
+    case QuantStrategy::Channel: return {q.rows, 1};
+    case QuantStrategy::Group:
+    case QuantStrategy::TensorGroup: return {q.rows, q.n_groups()};
+    case QuantStrategy::Token: break;
+  }
+  throw invalid_input("compressed-tensors", "the token strategy has no weight parameters");
+}
+
+void add_scalar(SafetensorsWriter& w, const std::string& name, float v, DType dt) {
+  const auto b = scales_as({v}, dt);
+  w.add(name, dt, {1}, b.data(), b.size());
+}
+
+// One value of a [1] (or scalar) float tensor.
+float read_scalar(const Checkpoint& ck, const std::string& name, std::initializer_list<DType> dtypes) {
+  const TensorInfo& info = ck.info(name);
+  const Shape shape = info.shape.empty() ? Shape{} : Shape{1};
+  return fetch_checked(ck, name, dtypes, shape).to_f32_vector().at(0);
+}
+
+void pack_quantized_tensors(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q);
+
+bool is_naive_layout(const std::string& f) {
+  return f == "int-quantized" || f == "float-quantized" || f == "naive-quantized";
+}
+
 }  // namespace
 
-void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q) {
+std::string compressed_tensors_format_of(const QuantScheme& w, const ActivationScheme* act) {
+  w.validate("compressed-tensors scheme");
+  if (act) act->validate("compressed-tensors input activations");
+  if (w.is_nvfp4()) return "nvfp4-pack-quantized";
+  if (w.type == QuantType::Int) return act ? "int-quantized" : "pack-quantized";
+  return act ? "float-quantized" : "naive-quantized";
+}
+
+void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
+                                   const ActQuantParams* act) {
   q.validate(prefix);
+  if (act) act->scheme.validate(prefix + " input activations");
+  const std::string fmt = compressed_tensors_format_of(q.scheme, act ? &act->scheme : nullptr);
+  const QuantScheme& s = q.scheme;
+  if (act && (act->scheme.is_nvfp4() != s.is_nvfp4()))
+    throw unsupported(prefix, "NVFP4 activations go with NVFP4 weights only (weights " + s.describe() +
+                                  ", activations " + act->scheme.describe() + ")");
+  if (!q.g_idx.empty() && s.strategy != QuantStrategy::Group)
+    throw invalid_input(prefix, "g_idx (actorder group) requires the group strategy");
+
+  if (fmt == "pack-quantized") {
+    pack_quantized_tensors(w, prefix, q);
+  } else if (fmt == "nvfp4-pack-quantized") {
+    const int64_t out = q.rows, in = q.cols;
+    std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2));
+    for (size_t i = 0; i < packed.size(); ++i)
+      packed[i] = static_cast<uint8_t>((q.q[2 * i] & 0xf) | (q.q[2 * i + 1] << 4));
+    w.add(prefix + ".weight_packed", DType::U8, {out, in / 2}, packed.data(), packed.size());
+    std::vector<uint8_t> sc(q.scales.size());
+    for (size_t i = 0; i < sc.size(); ++i) {
+      sc[i] = f32_to_f8e4m3(q.scales[i]);
+      if (f8e4m3_to_f32(sc[i]) != q.scales[i])
+        throw invalid_input(prefix, "NVFP4 block scale " + std::to_string(q.scales[i]) + " is not an e4m3 value");
+    }
+    w.add(prefix + ".weight_scale", DType::F8_E4M3, {out, q.n_groups()}, sc.data(), sc.size());
+    add_scalar(w, prefix + ".weight_global_scale", q.global_scale, DType::F32);
+  } else {
+    // int-quantized / float-quantized / naive-quantized: the weight unpacked.
+    const int64_t out = q.rows, in = q.cols;
+    if (s.is_fp8()) {
+      w.add(prefix + ".weight", DType::F8_E4M3, {out, in}, q.q.data(), q.q.size());
+    } else {
+      std::vector<int8_t> sq8(q.q.size());
+      for (size_t i = 0; i < sq8.size(); ++i) sq8[i] = static_cast<int8_t>(q.q[i] - s.sym_zero());
+      w.add(prefix + ".weight", DType::I8, {out, in}, sq8.data(), sq8.size());
+    }
+    const Shape ps = param_shape(q);
+    const auto sb = scales_as(q.scales, s.scale_dtype);
+    w.add(prefix + ".weight_scale", s.scale_dtype, ps, sb.data(), sb.size());
+    if (!s.symmetric) {
+      std::vector<int8_t> z(q.zeros.size());
+      for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<int8_t>(q.zeros[i] - s.sym_zero());
+      w.add(prefix + ".weight_zero_point", DType::I8, ps, z.data(), z.size());
+    }
+    if (!q.g_idx.empty()) w.add(prefix + ".weight_g_idx", DType::I32, {in}, q.g_idx.data(), q.g_idx.size() * 4);
+  }
+
+  if (act) {
+    const ActivationScheme& a = act->scheme;
+    if (a.is_nvfp4()) {
+      if (!(std::isfinite(act->global_scale) && act->global_scale > 0))
+        throw invalid_input(prefix, "NVFP4 input global scale must be positive and finite");
+      add_scalar(w, prefix + ".input_global_scale", act->global_scale, DType::F32);
+    } else if (!a.dynamic) {
+      if (!(std::isfinite(act->scale) && act->scale > 0))
+        throw invalid_input(prefix, "static input scale must be positive and finite");
+      add_scalar(w, prefix + ".input_scale", act->scale, s.scale_dtype);
+      if (!a.symmetric) {
+        if (act->zero_point < -128 || act->zero_point > 127)
+          throw invalid_input(prefix, "input zero point " + std::to_string(act->zero_point) + " is outside int8");
+        const int8_t zp = static_cast<int8_t>(act->zero_point);
+        w.add(prefix + ".input_zero_point", DType::I8, {1}, &zp, 1);
+      }
+    }
+  }
+}
+
+void add_compressed_tensors_kv_scales(SafetensorsWriter& w, const std::string& attn_prefix, const KvScales& kv, DType dtype) {
+  if (dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F32)
+    throw invalid_input(attn_prefix, "KV-cache scales are stored as f16, bf16 or f32");
+  for (float v : {kv.k_scale, kv.v_scale})
+    if (!(std::isfinite(v) && v > 0)) throw invalid_input(attn_prefix, "KV-cache scales must be positive and finite");
+  add_scalar(w, attn_prefix + ".k_scale", kv.k_scale, dtype);
+  add_scalar(w, attn_prefix + ".v_scale", kv.v_scale, dtype);
+}
+
+KvScales read_compressed_tensors_kv_scales(const Checkpoint& ck, const std::string& attn_prefix) {
+  KvScales kv;
+  kv.k_scale = read_scalar(ck, attn_prefix + ".k_scale", {DType::F16, DType::BF16, DType::F32});
+  kv.v_scale = read_scalar(ck, attn_prefix + ".v_scale", {DType::F16, DType::BF16, DType::F32});
+  for (const auto& [v, n] : {std::pair{kv.k_scale, ".k_scale"}, std::pair{kv.v_scale, ".v_scale"}})
+    if (!(std::isfinite(v) && v > 0)) throw invalid_input(attn_prefix + n, "KV-cache scale must be positive and finite");
+  return kv;
+}
+
+namespace {
+
+void pack_quantized_tensors(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q) {
   const QuantScheme& s = q.scheme;
   const int64_t out = q.rows, in = q.cols, G = q.n_groups();
 
   const auto packed = pack_int32_rows(q.q.data(), out, in, s.bits);
   w.add(prefix + ".weight_packed", DType::I32, {out, packed_words(in, s.bits)}, packed.data(), packed.size() * 4);
 
-  Shape scale_shape;
-  switch (s.strategy) {
-    case QuantStrategy::Tensor: scale_shape = {1}; break;
-    case QuantStrategy::Channel: scale_shape = {out, 1}; break;
-    case QuantStrategy::Group: scale_shape = {out, G}; break;
-  }
   const auto sb = scales_as(q.scales, s.scale_dtype);
-  w.add(prefix + ".weight_scale", s.scale_dtype, scale_shape, sb.data(), sb.size());
+  w.add(prefix + ".weight_scale", s.scale_dtype, param_shape(q), sb.data(), sb.size());
 
   if (!s.symmetric) {
     if (s.strategy == QuantStrategy::Tensor) {
@@ -60,53 +182,99 @@ void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& pref
   const int64_t shape[2] = {out, in};
   w.add(prefix + ".weight_shape", DType::I64, {2}, shape, sizeof shape);
 
-  if (!q.g_idx.empty()) {
-    if (s.strategy != QuantStrategy::Group)
-      throw invalid_input(prefix, "g_idx (actorder group) requires the group strategy");
-    w.add(prefix + ".weight_g_idx", DType::I32, {in}, q.g_idx.data(), q.g_idx.size() * 4);
-  }
+  if (!q.g_idx.empty()) w.add(prefix + ".weight_g_idx", DType::I32, {in}, q.g_idx.data(), q.g_idx.size() * 4);
 }
+
+}  // namespace
+
+namespace {
+
+// The strategy of a QuantizationArgs, inferred from group_size when absent as
+// compressed-tensors does; group_size returned through *gs_out (0 when null).
+std::string args_strategy(const json& a, const std::string& where, int64_t* gs_out) {
+  const json& gs = field(a, "group_size");
+  if (!gs.is_null() && !gs.is_number_integer()) throw invalid_input(where, "group_size must be an integer, got " + gs.dump());
+  const int64_t group_size = gs.is_null() ? 0 : gs.get<int64_t>();
+  *gs_out = group_size;
+  const json& st = field(a, "strategy");
+  if (st.is_null()) {
+    const std::string strategy = gs.is_null() ? "tensor" : group_size > 0 ? "group" : group_size == -1 ? "channel" : "?";
+    if (strategy == "?") throw invalid_input(where, "invalid group_size " + gs.dump());
+    return strategy;
+  }
+  if (!st.is_string()) throw invalid_input(where, "strategy must be a string, got " + st.dump());
+  return st.get<std::string>();
+}
+
+int args_bits(const json& a, const std::string& where) {
+  const json& nb = field(a, "num_bits");
+  if (nb.is_null()) return 8;
+  if (!nb.is_number_integer()) throw invalid_input(where, "num_bits must be an integer, got " + nb.dump());
+  return nb.get<int>();
+}
+
+bool args_symmetric(const json& a, const std::string& where) {
+  const json& sym = field(a, "symmetric");
+  if (!sym.is_null() && !sym.is_boolean()) throw invalid_input(where, "symmetric must be a boolean, got " + sym.dump());
+  return sym.is_null() ? true : sym.get<bool>();
+}
+
+// "int" (the default) or "float".
+QuantType args_type(const json& a, const std::string& where) {
+  const json& type = field(a, "type");
+  if (type.is_null()) return QuantType::Int;
+  if (!type.is_string()) throw invalid_input(where, "type must be a string, got " + type.dump());
+  const std::string t = type.get<std::string>();
+  if (t == "int") return QuantType::Int;
+  if (t == "float") return QuantType::Float;
+  throw unsupported(where, "quantization type " + type.dump() + " (supported: int, float)");
+}
+
+}  // namespace
 
 QuantScheme compressed_tensors_scheme_from_args(const json& a, bool* actorder_group) {
   const std::string where = "compressed-tensors weights args";
   if (!a.is_object()) throw invalid_input(where, "expected an object, got " + a.dump());
   QuantScheme s;
-  const json& type = field(a, "type");
-  if (!type.is_null() && (!type.is_string() || type.get<std::string>() != "int"))
-    throw unsupported(where, "only integer weights are supported, got type " + type.dump());
-  const json& nb = field(a, "num_bits");
-  s.bits = nb.is_null() ? 8 : (nb.is_number_integer() ? nb.get<int>() : -1);
-  if (!nb.is_null() && !nb.is_number_integer()) throw invalid_input(where, "num_bits must be an integer, got " + nb.dump());
-  if (s.bits < 2 || s.bits > 8) throw unsupported(where, "num_bits " + std::to_string(s.bits) + " (supported: 2..8)");
-  const json& sym = field(a, "symmetric");
-  if (!sym.is_null() && !sym.is_boolean()) throw invalid_input(where, "symmetric must be a boolean, got " + sym.dump());
-  s.symmetric = sym.is_null() ? true : sym.get<bool>();
+  s.type = args_type(a, where);
+  s.bits = args_bits(a, where);
+  s.symmetric = args_symmetric(a, where);
   const json& dyn = field(a, "dynamic");
   if (!dyn.is_null() && !(dyn.is_boolean() && !dyn.get<bool>()))
     throw unsupported(where, "dynamic weight quantization (" + dyn.dump() + ")");
+  int64_t group_size = 0;
+  const std::string strategy = args_strategy(a, where, &group_size);
+  const std::string gs_str = std::to_string(group_size);
 
-  const json& gs = field(a, "group_size");
-  if (!gs.is_null() && !gs.is_number_integer()) throw invalid_input(where, "group_size must be an integer, got " + gs.dump());
-  const int64_t group_size = gs.is_null() ? 0 : gs.get<int64_t>();
-  const json& st = field(a, "strategy");
-  std::string strategy;
-  if (st.is_null()) {
-    strategy = gs.is_null() ? "tensor" : group_size > 0 ? "group" : group_size == -1 ? "channel" : "?";
-    if (strategy == "?") throw invalid_input(where, "invalid group_size " + gs.dump());
+  if (s.type == QuantType::Float) {
+    if (!s.symmetric) throw unsupported(where, "asymmetric float weights");
+    if (s.bits == 4) {
+      if (strategy != "tensor_group" || group_size != 16)
+        throw unsupported(where, "4-bit float weights with strategy " + sq(strategy) + " and group_size " + gs_str +
+                                     " (supported: NVFP4, tensor_group with group_size 16)");
+      s = QuantScheme::nvfp4();
+    } else if (s.bits == 8) {
+      s.scale_dtype = DType::F16;
+      if (strategy == "tensor") s.strategy = QuantStrategy::Tensor;
+      else if (strategy == "channel") s.strategy = QuantStrategy::Channel;
+      else if (strategy == "group" && group_size > 0) s.strategy = QuantStrategy::Group, s.group_size = group_size;
+      else throw unsupported(where, "FP8 weight strategy " + sq(strategy) + " (supported: tensor, channel, group)");
+    } else {
+      throw unsupported(where, "float num_bits " + std::to_string(s.bits) + " (supported: 8 for FP8, 4 for NVFP4)");
+    }
   } else {
-    if (!st.is_string()) throw invalid_input(where, "strategy must be a string, got " + st.dump());
-    strategy = st.get<std::string>();
-  }
-  if (strategy == "tensor") {
-    s.strategy = QuantStrategy::Tensor;
-  } else if (strategy == "channel") {
-    s.strategy = QuantStrategy::Channel;
-  } else if (strategy == "group") {
-    s.strategy = QuantStrategy::Group;
-    if (group_size < 1) throw invalid_input(where, "strategy group requires group_size > 0, got " + gs.dump());
-    s.group_size = group_size;
-  } else {
-    throw unsupported(where, "weight strategy " + sq(strategy) + " (supported: tensor, channel, group)");
+    if (s.bits < 2 || s.bits > 8) throw unsupported(where, "num_bits " + std::to_string(s.bits) + " (supported: 2..8)");
+    if (strategy == "tensor") {
+      s.strategy = QuantStrategy::Tensor;
+    } else if (strategy == "channel") {
+      s.strategy = QuantStrategy::Channel;
+    } else if (strategy == "group") {
+      s.strategy = QuantStrategy::Group;
+      if (group_size < 1) throw invalid_input(where, "strategy group requires group_size > 0, got " + gs_str);
+      s.group_size = group_size;
+    } else {
+      throw unsupported(where, "weight strategy " + sq(strategy) + " (supported: tensor, channel, group)");
+    }
   }
 
   const json& ao = field(a, "actorder");
@@ -122,7 +290,45 @@ QuantScheme compressed_tensors_scheme_from_args(const json& a, bool* actorder_gr
   }
   if (group_order && s.strategy != QuantStrategy::Group)
     throw invalid_input(where, "actorder group requires the group strategy");
+  if (group_order && s.is_float()) throw unsupported(where, "actorder group with float weights");
   if (actorder_group) *actorder_group = group_order;
+  return s;
+}
+
+ActivationScheme compressed_tensors_activation_from_args(const json& a) {
+  const std::string where = "compressed-tensors input_activations args";
+  if (!a.is_object()) throw invalid_input(where, "expected an object, got " + a.dump());
+  ActivationScheme s;
+  s.type = args_type(a, where);
+  s.bits = args_bits(a, where);
+  s.symmetric = args_symmetric(a, where);
+  int64_t group_size = 0;
+  const std::string strategy = args_strategy(a, where, &group_size);
+  const json& dyn = field(a, "dynamic");
+  std::string dynamic = "false";
+  if (dyn.is_boolean()) dynamic = dyn.get<bool>() ? "true" : "false";
+  else if (dyn.is_string()) dynamic = dyn.get<std::string>();
+  else if (!dyn.is_null()) throw invalid_input(where, "dynamic must be a boolean or \"local\", got " + dyn.dump());
+  const std::string desc = std::string(quant_type_name(s.type)) + " " + std::to_string(s.bits) + "-bit, strategy " +
+                           sq(strategy) + ", dynamic " + dynamic;
+  if (s.type == QuantType::Float && s.bits == 4) {
+    if (strategy != "tensor_group" || group_size != 16 || dynamic != "local" || !s.symmetric)
+      throw unsupported(where, "activations " + desc + " (4-bit float activations: NVFP4, tensor_group 16, dynamic local)");
+    return ActivationScheme::nvfp4();
+  }
+  if (s.bits != 8) throw unsupported(where, "activations " + desc + " (supported: 8-bit int or float, NVFP4)");
+  if (strategy == "token" && dynamic == "true") {
+    s.strategy = QuantStrategy::Token;
+    s.dynamic = true;
+  } else if (strategy == "tensor" && dynamic == "false") {
+    s.strategy = QuantStrategy::Tensor;
+    s.dynamic = false;
+  } else {
+    throw unsupported(where, "activations " + desc + " (supported: token dynamic, tensor static)");
+  }
+  if (s.type == QuantType::Float && !s.symmetric) throw unsupported(where, "asymmetric FP8 activations");
+  if (s.strategy == QuantStrategy::Token && !s.symmetric) throw unsupported(where, "asymmetric per-token activations");
+  s.validate(where);
   return s;
 }
 
@@ -144,14 +350,9 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   const auto packed = copy_elements<int32_t>(fetch_checked(ck, packed_name, {DType::I32}, {out, packed_words(in, s.bits)}));
   q.q = unpack_int32_rows(packed.data(), out, in, s.bits);
 
+  if (s.is_float()) throw invalid_input(prefix, "pack-quantized holds integer weights, the scheme is " + s.describe());
   const int64_t G = q.n_groups();
-  Shape scale_shape;
-  switch (s.strategy) {
-    case QuantStrategy::Tensor: scale_shape = {1}; break;
-    case QuantStrategy::Channel: scale_shape = {out, 1}; break;
-    case QuantStrategy::Group: scale_shape = {out, G}; break;
-  }
-  const Tensor scale = fetch_checked(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, scale_shape);
+  const Tensor scale = fetch_checked(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, param_shape(q));
   s.scale_dtype = scale.dtype();
   q.scales = scale.to_f32_vector();
 
@@ -183,47 +384,217 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   return q;
 }
 
+namespace {
+
+// The input quantizer parameters stored beside a Linear (see the header).
+ActQuantParams read_act_params(const Checkpoint& ck, const std::string& prefix, const ActivationScheme& a) {
+  ActQuantParams p;
+  p.scheme = a;
+  if (a.is_nvfp4()) {
+    const std::string n = prefix + ".input_global_scale";
+    p.global_scale = read_scalar(ck, n, {DType::F32});
+    if (!(std::isfinite(p.global_scale) && p.global_scale > 0))
+      throw invalid_input(n, "NVFP4 input global scale must be positive and finite");
+  } else if (!a.dynamic) {
+    const std::string n = prefix + ".input_scale";
+    p.scale = read_scalar(ck, n, {DType::F16, DType::BF16, DType::F32});
+    if (!(std::isfinite(p.scale) && p.scale > 0)) throw invalid_input(n, "static input scale must be positive and finite");
+    if (!a.symmetric) {
+      const std::string zn = prefix + ".input_zero_point";
+      const TensorInfo& info = ck.info(zn);
+      const auto z = copy_elements<int8_t>(fetch_checked(ck, zn, {DType::I8}, info.shape.empty() ? Shape{} : Shape{1}));
+      p.zero_point = z.at(0);
+    }
+  }
+  return p;
+}
+
+// int-quantized / float-quantized / naive-quantized: the unpacked weight.
+QuantizedTensor read_naive_linear(const Checkpoint& ck, const std::string& prefix, const json& args) {
+  bool actorder_group = false;
+  QuantizedTensor q;
+  q.scheme = compressed_tensors_scheme_from_args(args, &actorder_group);
+  QuantScheme& s = q.scheme;
+  if (s.is_nvfp4()) throw invalid_input(prefix, "NVFP4 weights are stored in the nvfp4-pack-quantized format");
+  const std::string wn = prefix + ".weight";
+  const TensorInfo& info = ck.info(wn);
+  if (info.shape.size() != 2 || info.shape[0] < 1 || info.shape[1] < 1)
+    throw invalid_input(wn, "shape is " + shape_str(info.shape) + ", expected a non-empty [out, in] matrix");
+  q.rows = info.shape[0];
+  q.cols = info.shape[1];
+  if (s.is_fp8()) {
+    q.q = copy_elements<uint8_t>(fetch_checked(ck, wn, {DType::F8_E4M3}, info.shape));
+  } else {
+    const auto v = copy_elements<int8_t>(fetch_checked(ck, wn, {DType::I8}, info.shape));
+    q.q.resize(v.size());
+    const int lo = -s.sym_zero(), hi = s.sym_zero() - 1;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] < lo || v[i] > hi)
+        throw invalid_input(wn, "value " + std::to_string(v[i]) + " is outside the signed " + std::to_string(s.bits) + "-bit range");
+      q.q[i] = static_cast<uint8_t>(v[i] + s.sym_zero());
+    }
+  }
+  const Shape ps = param_shape(q);
+  const Tensor scale = fetch_checked(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, ps);
+  s.scale_dtype = scale.dtype();
+  q.scales = scale.to_f32_vector();
+  const std::string zn = prefix + ".weight_zero_point";
+  if (s.is_float()) {
+    if (ck.contains(zn)) throw invalid_input(zn, "present, but float weights are symmetric");
+  } else if (s.symmetric) {
+    q.zeros.assign(q.scales.size(), s.sym_zero());
+  } else {
+    const auto z = copy_elements<int8_t>(fetch_checked(ck, zn, {DType::I8}, ps));
+    for (int8_t v : z) {
+      const int32_t u = v + s.sym_zero();
+      if (u < 0 || u > s.qmax())
+        throw invalid_input(zn, "zero point " + std::to_string(v) + " is outside the signed " + std::to_string(s.bits) + "-bit range");
+      q.zeros.push_back(u);
+    }
+  }
+  const std::string g_name = prefix + ".weight_g_idx";
+  if (actorder_group) q.g_idx = copy_elements<int32_t>(fetch_checked(ck, g_name, {DType::I32}, {q.cols}));
+  else if (ck.contains(g_name)) throw invalid_input(g_name, "present, but the scheme's actorder is not \"group\"");
+  q.validate(prefix);
+  return q;
+}
+
+QuantizedTensor read_nvfp4_linear(const Checkpoint& ck, const std::string& prefix, const json& args) {
+  QuantizedTensor q;
+  q.scheme = compressed_tensors_scheme_from_args(args);
+  if (!q.scheme.is_nvfp4())
+    throw invalid_input(prefix, "nvfp4-pack-quantized holds NVFP4 weights, the scheme is " + q.scheme.describe());
+  const std::string pn = prefix + ".weight_packed";
+  const TensorInfo& info = ck.info(pn);
+  if (info.shape.size() != 2 || info.shape[0] < 1 || info.shape[1] < 1 || info.shape[1] % 8 != 0)
+    throw invalid_input(pn, "shape is " + shape_str(info.shape) + ", expected [out, in/2] with in a multiple of 16");
+  q.rows = info.shape[0];
+  q.cols = info.shape[1] * 2;
+  const auto packed = copy_elements<uint8_t>(fetch_checked(ck, pn, {DType::U8}, info.shape));
+  q.q.resize(packed.size() * 2);
+  for (size_t i = 0; i < packed.size(); ++i) {
+    q.q[2 * i] = packed[i] & 0xf;
+    q.q[2 * i + 1] = packed[i] >> 4;
+  }
+  const std::string sn = prefix + ".weight_scale";
+  const auto sc = copy_elements<uint8_t>(fetch_checked(ck, sn, {DType::F8_E4M3}, {q.rows, q.n_groups()}));
+  q.scales.resize(sc.size());
+  for (size_t i = 0; i < sc.size(); ++i) {
+    if ((sc[i] & 0x7f) == 0x7f) throw invalid_input(sn, "a block scale is NaN");
+    q.scales[i] = f8e4m3_to_f32(sc[i]);
+  }
+  const std::string gn = prefix + ".weight_global_scale";
+  q.global_scale = read_scalar(ck, gn, {DType::F32});
+  if (!(std::isfinite(q.global_scale) && q.global_scale > 0))
+    throw invalid_input(gn, "global scale must be positive and finite");
+  q.validate(prefix);
+  return q;
+}
+
+}  // namespace
+
+CompressedTensorsLinear read_compressed_tensors_any(const Checkpoint& ck, const std::string& prefix, const json& group,
+                                                    const std::string& top_format) {
+  if (!group.is_object()) throw invalid_input(prefix, "config group must be an object, got " + group.dump());
+  const json& fj = field(group, "format");
+  if (!fj.is_null() && !fj.is_string()) throw invalid_input(prefix, "config group format must be a string, got " + fj.dump());
+  const std::string fmt = fj.is_string() ? fj.get<std::string>() : top_format;
+  const json& weights = field(group, "weights");
+  if (!weights.is_object()) throw invalid_input(prefix, "config group has no weights args");
+  const json& ia = field(group, "input_activations");
+
+  CompressedTensorsLinear r;
+  if (fmt == "pack-quantized") r.q = read_compressed_tensors_linear(ck, prefix, weights);
+  else if (is_naive_layout(fmt)) r.q = read_naive_linear(ck, prefix, weights);
+  else if (fmt == "nvfp4-pack-quantized") r.q = read_nvfp4_linear(ck, prefix, weights);
+  else if (fmt == "mixed-precision") throw invalid_input(prefix, "format is mixed-precision but the config group names none");
+  else throw unsupported(prefix, "compressed-tensors format '" + fmt + "' (supported: pack-quantized, int-quantized, "
+                                     "float-quantized, naive-quantized, nvfp4-pack-quantized)");
+  if (!ia.is_null()) {
+    const ActivationScheme a = compressed_tensors_activation_from_args(ia);
+    if (a.is_nvfp4() != r.q.scheme.is_nvfp4())
+      throw unsupported(prefix, "activations " + a.describe() + " with weights " + r.q.scheme.describe());
+    r.act = read_act_params(ck, prefix, a);
+  }
+  return r;
+}
+
 json compressed_tensors_weights_args(const QuantScheme& s, bool actorder_group, const std::string& observer) {
   s.validate("compressed-tensors scheme");
   if (actorder_group && s.strategy != QuantStrategy::Group)
     throw invalid_input("compressed-tensors scheme", "actorder group requires the group strategy");
   json a = json::object();
   a["num_bits"] = s.bits;
-  a["type"] = "int";
+  a["type"] = quant_type_name(s.type);
   a["symmetric"] = s.symmetric;
-  a["group_size"] = s.strategy == QuantStrategy::Group ? json(s.group_size) : json(nullptr);
+  a["group_size"] = s.grouped() ? json(s.group_size) : json(nullptr);
   a["strategy"] = strategy_name(s.strategy);
   a["block_structure"] = nullptr;
   a["dynamic"] = false;
   a["actorder"] = actorder_group ? json("group") : json(nullptr);
-  a["scale_dtype"] = nullptr;
+  a["scale_dtype"] = s.is_nvfp4() ? json("torch.float8_e4m3fn") : json(nullptr);
   a["zp_dtype"] = s.symmetric ? json(nullptr) : json("torch.int8");
   a["observer"] = observer;
   a["observer_kwargs"] = json::object();
   return a;
 }
 
+json compressed_tensors_activation_args(const ActivationScheme& s) {
+  s.validate("compressed-tensors input activations");
+  json a = json::object();
+  a["num_bits"] = s.bits;
+  a["type"] = quant_type_name(s.type);
+  a["symmetric"] = s.symmetric;
+  a["group_size"] = s.is_nvfp4() ? json(s.group_size) : json(nullptr);
+  a["strategy"] = strategy_name(s.strategy);
+  a["block_structure"] = nullptr;
+  a["dynamic"] = s.is_nvfp4() ? json("local") : json(s.dynamic);
+  a["actorder"] = nullptr;
+  a["scale_dtype"] = s.is_nvfp4() ? json("torch.float8_e4m3fn") : json(nullptr);
+  a["zp_dtype"] = s.symmetric ? json(nullptr) : json("torch.int8");
+  a["observer"] = s.dynamic && !s.is_nvfp4() ? json(nullptr) : json("static_minmax");
+  a["observer_kwargs"] = json::object();
+  return a;
+}
+
 json compressed_tensors_config(const std::vector<CompressedTensorsGroup>& groups, const std::vector<std::string>& ignore,
-                               const std::string& version) {
+                               const std::string& version, const std::optional<ActivationScheme>& kv_cache_scheme) {
   if (groups.empty()) throw invalid_input("compressed-tensors config", "no quantization groups");
   json cg = json::object();
+  std::vector<std::string> formats;
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& g = groups[i];
-    if (g.targets.empty()) throw invalid_input("compressed-tensors config", "group_" + std::to_string(i) + " has no targets");
+    const std::string name = "group_" + std::to_string(i);
+    if (g.targets.empty()) throw invalid_input("compressed-tensors config", name + " has no targets");
+    const ActivationScheme* act = g.input_activations ? &*g.input_activations : nullptr;
+    const std::string inferred = compressed_tensors_format_of(g.scheme, act);
+    const std::string fmt = g.format.empty() ? inferred : g.format;
+    if (fmt != inferred && !(is_naive_layout(fmt) && is_naive_layout(inferred) && g.scheme.type == QuantType::Float))
+      throw invalid_input("compressed-tensors config", name + ": format '" + fmt + "' does not hold " + g.scheme.describe() +
+                                                           " weights" + (act ? " with " + act->describe() + " activations" : ""));
     json e = json::object();
     e["targets"] = g.targets;
     e["weights"] = compressed_tensors_weights_args(g.scheme, g.actorder_group, g.observer);
-    e["input_activations"] = nullptr;
+    e["input_activations"] = act ? compressed_tensors_activation_args(*act) : json(nullptr);
     e["output_activations"] = nullptr;
-    e["format"] = "pack-quantized";
-    cg["group_" + std::to_string(i)] = std::move(e);
+    e["format"] = fmt;
+    cg[name] = std::move(e);
+    if (std::find(formats.begin(), formats.end(), fmt) == formats.end()) formats.push_back(fmt);
+  }
+  json kv = nullptr;
+  if (kv_cache_scheme) {
+    const ActivationScheme& k = *kv_cache_scheme;
+    if (!(k.type == QuantType::Float && k.bits == 8 && k.strategy == QuantStrategy::Tensor && !k.dynamic && k.symmetric))
+      throw unsupported("compressed-tensors config", "kv_cache_scheme " + k.describe() + " (supported: fp8 tensor static)");
+    kv = compressed_tensors_activation_args(k);
+    kv["observer"] = "memoryless_minmax";
   }
   json c = json::object();
   c["config_groups"] = std::move(cg);
-  c["format"] = "pack-quantized";
+  c["format"] = formats.size() == 1 ? formats[0] : std::string("mixed-precision");
   c["global_compression_ratio"] = nullptr;
   c["ignore"] = ignore;
-  c["kv_cache_scheme"] = nullptr;
+  c["kv_cache_scheme"] = std::move(kv);
   c["quant_method"] = "compressed-tensors";
   c["quantization_status"] = "compressed";
   c["sparsity_config"] = json::object();
