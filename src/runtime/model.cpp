@@ -202,18 +202,32 @@ void Model::embed(const Batch& b, float* x) const {
   for (size_t t = 0; t < b.size(); ++t) w_.embed->decode_row(b.tokens[t], x + static_cast<int64_t>(t) * h);
 }
 
-void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, ThreadPool& pool,
-                          LinearObserver* obs) const {
+void Model::attn_norm(int64_t li, const float* x, int64_t n, float* xn) const {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.attn_norm.data(), eps, h, xn + t * h);
+}
+
+void Model::ffn_norm(int64_t li, const float* x, int64_t n, float* xn) const {
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.ffn_norm.data(), eps, h, xn + t * h);
+}
+
+void Model::attention_block(int64_t li, const Batch& b, const float* x, float* out, KvCache& cache,
+                            ThreadPool& pool, LinearObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(b.size());
-  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.intermediate_size;
+  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  thread_local std::vector<float> xn, q, k, v, att, g, u;
+  thread_local std::vector<float> xn, q, k, v, att;
   xn.resize(static_cast<size_t>(n * h));
   q.resize(static_cast<size_t>(n * qd)), k.resize(static_cast<size_t>(n * kvd)), v.resize(k.size());
-  att.resize(q.size()), g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
+  att.resize(q.size());
   const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
-  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.attn_norm.data(), eps, h, xn.data() + t * h);
+  attn_norm(li, x, n, xn.data());
   if (obs) {
     for (auto slot : {LinearObserver::Q, LinearObserver::K, LinearObserver::V}) obs->observe(li, slot, xn.data(), n, h);
   }
@@ -233,20 +247,36 @@ void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, 
     cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd, v.data() + t * kvd);
   attention(li, b, q.data(), cache, att.data(), pool);
   if (obs) obs->observe(li, LinearObserver::O, att.data(), n, qd);
-  L.o->forward(att.data(), n, xn.data(), pool);
-  for (int64_t i = 0; i < n * h; ++i) x[i] += xn[static_cast<size_t>(i)];
+  L.o->forward(att.data(), n, out, pool);
+}
 
-  for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.ffn_norm.data(), eps, h, xn.data() + t * h);
+void Model::mlp_block(int64_t li, const float* xn, int64_t n, float* out, ThreadPool& pool,
+                      LinearObserver* obs) const {
+  const int64_t h = config_.hidden_size, ff = config_.intermediate_size;
+  thread_local std::vector<float> g, u;
+  g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
   if (obs) {
-    obs->observe(li, LinearObserver::Gate, xn.data(), n, h);
-    obs->observe(li, LinearObserver::Up, xn.data(), n, h);
+    obs->observe(li, LinearObserver::Gate, xn, n, h);
+    obs->observe(li, LinearObserver::Up, xn, n, h);
   }
-  L.gate->forward(xn.data(), n, g.data(), pool);
-  L.up->forward(xn.data(), n, u.data(), pool);
+  L.gate->forward(xn, n, g.data(), pool);
+  L.up->forward(xn, n, u.data(), pool);
   for (int64_t t = 0; t < n; ++t) swiglu(g.data() + t * ff, u.data() + t * ff, ff);
   if (obs) obs->observe(li, LinearObserver::Down, g.data(), n, ff);
-  L.down->forward(g.data(), n, xn.data(), pool);
-  for (int64_t i = 0; i < n * h; ++i) x[i] += xn[static_cast<size_t>(i)];
+  L.down->forward(g.data(), n, out, pool);
+}
+
+void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, ThreadPool& pool,
+                          LinearObserver* obs) const {
+  const int64_t n = static_cast<int64_t>(b.size()), h = config_.hidden_size;
+  thread_local std::vector<float> xn, y;
+  xn.resize(static_cast<size_t>(n * h)), y.resize(xn.size());
+  attention_block(li, b, x, y.data(), cache, pool, obs);
+  for (int64_t i = 0; i < n * h; ++i) x[i] += y[static_cast<size_t>(i)];
+  ffn_norm(li, x, n, xn.data());
+  mlp_block(li, xn.data(), n, y.data(), pool, obs);
+  for (int64_t i = 0; i < n * h; ++i) x[i] += y[static_cast<size_t>(i)];
 }
 
 void Model::head(const Batch& b, const float* x, std::vector<float>& logits, ThreadPool& pool,

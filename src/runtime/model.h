@@ -103,6 +103,20 @@ class Model {
   void head(const Batch& batch, const float* x, std::vector<float>& logits, ThreadPool& pool,
             LinearObserver* observer = nullptr) const;
 
+  // The sub-blocks of forward_layer (which is exactly: out = attention_block(x);
+  // x += out; xn = ffn_norm(x); out = mlp_block(xn); x += out), for smoothing
+  // searches that run one part of a layer:
+  //   attn_norm / ffn_norm: xn = rms_norm(x) with the layer's norm weights, n rows;
+  //   attention_block: out = o_proj(attention(rms_norm(x))) without the residual,
+  //     x the layer input [n, hidden]; K/V of the batch go to `cache`;
+  //   mlp_block: out = down(swiglu(gate(xn), up(xn))) of an already-normed input.
+  void attn_norm(int64_t layer, const float* x, int64_t n, float* xn) const;
+  void ffn_norm(int64_t layer, const float* x, int64_t n, float* xn) const;
+  void attention_block(int64_t layer, const Batch& batch, const float* x, float* out, KvCache& cache,
+                       ThreadPool& pool, LinearObserver* observer = nullptr) const;
+  void mlp_block(int64_t layer, const float* xn, int64_t n, float* out, ThreadPool& pool,
+                 LinearObserver* observer = nullptr) const;
+
   // The weights, for quantizers that replace a layer's Linears in place.
   const ModelWeights& weights() const { return w_; }
   LayerWeights& mutable_layer(int64_t layer) { return w_.layers.at(static_cast<size_t>(layer)); }
