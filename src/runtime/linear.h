@@ -80,10 +80,11 @@ std::unique_ptr<Linear> make_packed_linear(const QuantizedTensor& q, const Tenso
 
 // Any quantized weight (integer groups, FP8, NVFP4) with its input quantizer
 // (nullptr: weight-only, activations stay f32):
-//   - int8 channel symmetric weights with int8 activations (per-token dynamic
-//     or static per-tensor): a true int8 GEMM, int32 accumulation (AVX-512
-//     VNNI / AVX-VNNI / AVX2 with a scalar reference), then the row and
-//     channel scales;
+//   - int8 symmetric channel or tensor weights with int8 activations
+//     (per-token dynamic, or static per-tensor symmetric or asymmetric): a
+//     true int8 GEMM (cpu/int8_gemm.h: AVX-512 VNNI / AVX2 with a scalar
+//     reference), int32 accumulation, the activation zero point removed with
+//     the weight row sums, then the row and channel scales;
 //   - otherwise the weight is decoded a tile at a time (integer codes, FP8
 //     E4M3 and e2m1 through exact tables) and the activations are quantized
 //     as the scheme says (quantize_activations) before an f32 GEMM, which is
