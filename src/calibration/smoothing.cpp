@@ -112,7 +112,8 @@ class Capture final : public rt::LinearObserver {
     std::vector<float> rows;  // kept rows, [kept, in]
     int64_t in = 0, count = 0;
   };
-  Capture(bool keep_rows, int64_t step) : keep_(keep_rows), step_(std::max<int64_t>(1, step)) {}
+  // keep: the slots whose rows are kept (Q, O, Gate, Down).
+  Capture(std::vector<Slot> keep, int64_t step) : keep_(std::move(keep)), step_(std::max<int64_t>(1, step)) {}
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
     Stat* st = nullptr;
     switch (slot) {
@@ -122,6 +123,7 @@ class Capture final : public rt::LinearObserver {
       case Down: st = &down; break;
       default: return;
     }
+    const bool keep_rows = std::find(keep_.begin(), keep_.end(), slot) != keep_.end();
     if (st->in == 0) st->in = in, st->abs_sum.assign(static_cast<size_t>(in), 0.0), st->abs_max.assign(static_cast<size_t>(in), 0.0);
     for (int64_t t = 0; t < n; ++t) {
       const float* r = x + t * in;
@@ -130,7 +132,7 @@ class Capture final : public rt::LinearObserver {
         st->abs_sum[static_cast<size_t>(j)] += a;
         st->abs_max[static_cast<size_t>(j)] = std::max(st->abs_max[static_cast<size_t>(j)], a);
       }
-      if (keep_ && (offset + t) % step_ == 0) st->rows.insert(st->rows.end(), r, r + in);
+      if (keep_rows && (offset + t) % step_ == 0) st->rows.insert(st->rows.end(), r, r + in);
     }
     st->count += n;
   }
@@ -138,7 +140,7 @@ class Capture final : public rt::LinearObserver {
   Stat q, o, gate, down;
 
  private:
-  bool keep_;
+  std::vector<Slot> keep_;
   int64_t step_;
 };
 
@@ -470,8 +472,10 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
     if (!mapping_applies(model, m)) continue;
     // Statistics and module inputs of the layer as the previous mappings left it.
     // o_proj and down_proj are inspected alone: their inputs are kept whole.
-    const bool keep = m == Mapping::VToO || m == Mapping::UpToDown;
-    Capture cap(keep, 1);
+    Capture cap(m == Mapping::VToO       ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::O}
+                : m == Mapping::UpToDown ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::Down}
+                                         : std::vector<rt::LinearObserver::Slot>{},
+                1);
     const LayerRun run = run_blocks(model, li, cs, pool, &cap);
     const Capture::Stat& st = m == Mapping::AttnNormToQKV     ? cap.q
                               : m == Mapping::VToO            ? cap.o
@@ -523,7 +527,8 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
   }
   if (o.apply_clip) {
     const int64_t step = std::max<int64_t>(1, cs.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
-    Capture cap(true, step);
+    Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
+                step);
     run_blocks(model, li, cs, pool, &cap);
     rt::LayerWeights& L = model.mutable_layer(li);
     const std::string p = layer_prefix(li);
@@ -551,7 +556,7 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
   if (o.search && !trial) throw invalid_input("smoothquant", "the alpha search needs a trial quantizer");
   if (o.search && o.alpha_grid.empty()) throw invalid_input("smoothquant", "empty alpha grid");
   const CalibSet cs = make_calib_set(model, calib);
-  Capture cap(false, 1);
+  Capture cap({}, 1);
   run_blocks(model, li, cs, pool, &cap);
   const rt::LayerWeights base = model.mutable_layer(li);
   const std::string p = layer_prefix(li);

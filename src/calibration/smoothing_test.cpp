@@ -160,12 +160,10 @@ struct FixtureCalib {
   }
 };
 
-FixtureCalib fixture_calib(const rt::Model& m, int64_t li, int64_t n, int64_t len, ThreadPool& pool) {
-  auto tok = load_tokenizer(fixture());
-  CalibrationOptions o;
-  o.num_samples = n, o.seq_len = len, o.seed = 1;
+// The inputs of layer li for the given samples (float model).
+FixtureCalib layer_inputs(const rt::Model& m, int64_t li, std::vector<std::vector<int32_t>> samples, ThreadPool& pool) {
   FixtureCalib fc;
-  fc.samples = load_calibration(source_dir() / "tests/data/text/calibration.txt", *tok, o);
+  fc.samples = std::move(samples);
   const int64_t h = m.config().hidden_size;
   for (const auto& s : fc.samples) {
     rt::KvCache cache = m.make_cache(rt::KvDType::F16, static_cast<int64_t>(s.size()));
@@ -179,6 +177,13 @@ FixtureCalib fixture_calib(const rt::Model& m, int64_t li, int64_t n, int64_t le
     fc.inputs.push_back(std::move(x));
   }
   return fc;
+}
+
+FixtureCalib fixture_calib(const rt::Model& m, int64_t li, int64_t n, int64_t len, ThreadPool& pool) {
+  auto tok = load_tokenizer(fixture());
+  CalibrationOptions o;
+  o.num_samples = n, o.seq_len = len, o.seed = 1;
+  return layer_inputs(m, li, load_calibration(source_dir() / "tests/data/text/calibration.txt", *tok, o), pool);
 }
 
 // Layer li's output on every sample, concatenated.
@@ -299,6 +304,36 @@ TEST(Smoothing, AwqIsThreadCountIndependentAndSkipsUnquantized) {
   EXPECT_EQ(la.ffn_norm, lb.ffn_norm);
   for (auto p : {&rt::LayerWeights::gate, &rt::LayerWeights::up, &rt::LayerWeights::down})
     EXPECT_EQ(decode(*(la.*p)), decode(*(lb.*p)));
+}
+
+TEST(Smoothing, AwqSearchesAllFourMappingsWithoutGqa) {
+  ThreadPool pool(2);
+  auto m = tiny_model("llama", 4, 4, 9);
+  std::vector<std::vector<int32_t>> samples;
+  for (int s = 0; s < 4; ++s) {
+    samples.emplace_back();
+    for (int i = 0; i < 48; ++i) samples.back().push_back((i * (7 + 2 * s) + s) % 64);
+  }
+  const FixtureCalib fc = layer_inputs(*m, 1, samples, pool);
+  const std::vector<float> ref = layer_output(*m, 1, fc, pool);
+  const QuantScheme w3 = QuantScheme::make(3, true, QuantStrategy::Group, 32, DType::F32);
+  FakeQuantFn fq = [&](const std::string&, const float* w, int64_t rows, int64_t cols) {
+    return quantize_rtn(w, rows, cols, w3).dequantize();
+  };
+  AwqOptions o;
+  o.group_size = 32;
+  o.apply_clip = false;
+  const SmoothingReport r = awq_layer(*m, 1, fc.calib(), fq, o, pool);
+  ASSERT_EQ(r.entries.size(), 4u);
+  EXPECT_EQ(r.entries[1].what, "v_proj->o_proj");
+  for (const auto& e : r.entries) {
+    EXPECT_LE(e.loss_after, e.loss_before) << e.what;
+    EXPECT_GT(e.loss_before, 0) << e.what;
+  }
+  // Only the folds happened: the float layer is unchanged.
+  EXPECT_LT(mse(layer_output(*m, 1, fc, pool), ref), 1e-6 * mse(ref, std::vector<float>(ref.size(), 0.0f)));
+  o.group_size = 48;  // does not divide 64
+  EXPECT_QF_ERROR(awq_layer(*m, 1, fc.calib(), fq, o, pool), ErrorKind::InvalidInput, "does not divide");
 }
 
 // ---- SmoothQuant ------------------------------------------------------------
