@@ -10,6 +10,13 @@ namespace {
 
 using json = nlohmann::json;
 
+std::string name_of(size_t i) {
+  std::string s = "model.layers.";
+  s += std::to_string(i);
+  s += ".mlp.up_proj";
+  return s;
+}
+
 TEST(AwqFormat, RoundTripAsymmetricAndSymmetric) {
   test::TempDir d;
   std::vector<QuantizedTensor> qs;
@@ -18,13 +25,13 @@ TEST(AwqFormat, RoundTripAsymmetricAndSymmetric) {
     for (int64_t g : {16, 32, 64}) qs.push_back(random_qt(QuantScheme::make(4, sym, QuantStrategy::Group, g), 24, 64, false, seed++));
   {
     SafetensorsWriter w(d.path());
-    for (size_t i = 0; i < qs.size(); ++i) add_awq_linear(w, "l" + std::to_string(i), qs[i]);
+    for (size_t i = 0; i < qs.size(); ++i) add_awq_linear(w, name_of(i), qs[i]);
     w.finish();
   }
   const auto ck = Checkpoint::open(d.path());
   for (size_t i = 0; i < qs.size(); ++i) {
     const json cfg = awq_quantization_config(qs[i].scheme, {"lm_head"});
-    const auto back = read_awq_linear(ck, "l" + std::to_string(i), cfg);
+    const auto back = read_awq_linear(ck, name_of(i), cfg);
     expect_same(qs[i], back, qs[i].scheme.describe());
     EXPECT_EQ(back.dequantize(), qs[i].dequantize());
   }

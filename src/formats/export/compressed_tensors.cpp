@@ -333,6 +333,8 @@ ActivationScheme compressed_tensors_activation_from_args(const json& a) {
 }
 
 QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::string& prefix, const json& args) {
+  if (args.is_object() && args_type(args, "compressed-tensors weights args") == QuantType::Float)
+    throw unsupported(prefix, "pack-quantized holds only integer weights, the args say type \"float\"");
   bool actorder_group = false;
   QuantizedTensor q;
   q.scheme = compressed_tensors_scheme_from_args(args, &actorder_group);
@@ -350,7 +352,6 @@ QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::
   const auto packed = copy_elements<int32_t>(fetch_checked(ck, packed_name, {DType::I32}, {out, packed_words(in, s.bits)}));
   q.q = unpack_int32_rows(packed.data(), out, in, s.bits);
 
-  if (s.is_float()) throw invalid_input(prefix, "pack-quantized holds integer weights, the scheme is " + s.describe());
   const int64_t G = q.n_groups();
   const Tensor scale = fetch_checked(ck, prefix + ".weight_scale", {DType::F16, DType::BF16, DType::F32}, param_shape(q));
   s.scale_dtype = scale.dtype();

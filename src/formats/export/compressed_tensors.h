@@ -98,8 +98,8 @@ KvScales read_compressed_tensors_kv_scales(const Checkpoint& ck, const std::stri
 // "dynamic", or true).
 QuantScheme compressed_tensors_scheme_from_args(const nlohmann::json& weights_args, bool* actorder_group = nullptr);
 
-// Reads one Linear back, validating every dtype and shape against weight_shape
-// and the group's weights args (InvalidInput naming the tensor; NotFound for a
+// Reads one pack-quantized Linear back (Unsupported for float args), validating
+// every dtype and shape against weight_shape and the group's weights args (InvalidInput naming the tensor; NotFound for a
 // missing tensor). A weight_zero_point present for a symmetric scheme is ignored;
 // weight_g_idx must be present exactly when actorder is "group".
 QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::string& prefix,
