@@ -2,19 +2,24 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "calibration/calibration_data.h"
+#include "calibration/quantize_plan.h"
 #include "calibration/sequential.h"
+#include "calibration/smoothing.h"
 #include "core/error.h"
-#include "eval/bench.h"
 #include "core/io.h"
+#include "eval/bench.h"
+#include "formats/export/awq_format.h"
 #include "formats/export/compressed_tensors.h"
 #include "formats/export/gptq_format.h"
 #include "formats/export/manifest.h"
+#include "formats/export/modelopt_format.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -27,12 +32,6 @@
 namespace qf {
 namespace {
 
-DType model_dtype(const ModelConfig& c) {
-  if (c.torch_dtype == "bfloat16") return DType::BF16;
-  if (c.torch_dtype == "float32") return DType::F32;
-  return DType::F16;
-}
-
 GptqOptions::ActOrder actorder_of(const std::string& a) {
   if (a == "group") return GptqOptions::ActOrder::Group;
   if (a == "weight") return GptqOptions::ActOrder::Weight;
@@ -44,82 +43,40 @@ const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_co
                               "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",
                               "chat_template.jinja"};
 
+// The tensors of the model as it is now, for everything the pipeline does not
+// write as quantized: norms (SmoothQuant and AWQ rescale them), biases and
+// Linears left in full precision (AWQ may have rescaled those too), in the
+// checkpoint's dtype. Unchanged values round-trip exactly (f16/bf16 -> f32 -> same).
+void add_current(SafetensorsWriter& w, const Checkpoint& ck, const std::string& name, const std::vector<float>& v,
+                 std::set<std::string>& written) {
+  const TensorInfo& info = ck.info(name);
+  Tensor t = Tensor::zeros(DType::F32, info.shape);
+  if (static_cast<size_t>(t.numel()) != v.size()) throw Error(ErrorKind::Internal, name + ": size changed in the pipeline");
+  std::copy(v.begin(), v.end(), t.mutable_data_as<float>());
+  w.add(name, t.to(info.dtype));
+  written.insert(name);
+}
+
 }  // namespace
 
 QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const std::function<void(const std::string&)>& log) {
   namespace fs = std::filesystem;
   const auto t0 = std::chrono::steady_clock::now();
   const Recipe recipe = parse_recipe_file(job.recipe);
-  if (recipe.modifiers.size() != 1)
-    throw unsupported(recipe.source, "this version runs exactly one quantization modifier (GPTQModifier or "
-                                     "QuantizationModifier); the recipe has " + std::to_string(recipe.modifiers.size()));
-  const ModifierSpec& mod = recipe.modifiers.front();
-  const bool gptq = mod.kind == "GPTQModifier";
-  if (!gptq && mod.kind != "QuantizationModifier")
-    throw unsupported(mod.where, mod.kind + " is not supported yet (GPTQModifier, QuantizationModifier)");
-  const std::string format = recipe.export_.format;
-  if (format != "compressed-tensors" && format != "gptq")
-    throw unsupported(recipe.source, "export format '" + format + "' (compressed-tensors or gptq)");
-
   const ResolvedModel rm = resolve_model(job.model);
   const ModelConfig cfg = load_model_config(rm.dir);
   if (cfg.quantization_config)
     throw unsupported(rm.dir.string(), "the model is already quantized (config.json has a quantization_config); start from f16/bf16/f32 weights");
   std::unique_ptr<rt::Model> model = rt::load_hf_model(rm.dir);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(rm.dir);
-  const DType sdt = model_dtype(cfg);
 
-  // Which scheme each Linear gets, checked before any work.
-  struct Plan {
-    ModifierSpec::Group group;
-  };
-  std::map<std::string, Plan> plan;
-  std::set<std::string> group_names;
-  const char* names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
-    const rt::LayerWeights& L = model->weights().layers[static_cast<size_t>(li)];
-    const std::shared_ptr<rt::Linear>* lins[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-    for (int i = 0; i < 7; ++i) {
-      const std::string name = "model.layers." + std::to_string(li) + "." + names[i];
-      std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
-      if (!g || !g->quantize_weights) continue;
-      if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;
-      const int64_t cols = (*lins[i])->in_features();
-      if (g->weights.strategy == QuantStrategy::Group && cols % g->weights.group_size != 0)
-        throw invalid_input(g->where, "group_size " + std::to_string(g->weights.group_size) + " does not divide the " +
-                                          std::to_string(cols) + " input columns of " + name +
-                                          " (choose a group size that divides it, use strategy: channel, or ignore the module)");
-      if (format == "gptq") {
-        if (g->weights.strategy == QuantStrategy::Tensor)
-          throw unsupported(g->where, "the GPTQ format has no per-tensor strategy; use group or channel");
-        if (!g->weights.symmetric)
-          throw unsupported(g->where, "asymmetric GPTQ checkpoints (v1 zero-minus-one convention) cannot hold a zero point "
-                                      "of 0; use symmetric: true or export compressed-tensors");
-        if (g->scale_dtype_set && g->weights.scale_dtype != DType::F16)
-          throw unsupported(g->where, "the GPTQ format stores f16 scales");
-        g->weights.scale_dtype = DType::F16;
-        const int64_t rows = (*lins[i])->out_features(), b = g->weights.bits;
-        if (b != 2 && b != 3 && b != 4 && b != 8)
-          throw unsupported(g->where, "the GPTQ format holds 2, 3, 4 or 8 bits, not " + std::to_string(b));
-        if ((cols * b) % 32 != 0 || (rows * b) % 32 != 0)
-          throw unsupported(g->where, name + " is [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                                          "]: GPTQ packing needs in*bits and out*bits to be multiples of 32");
-      }
-      plan[name] = {*g};
-      group_names.insert(g->name);
-    }
-  }
-  if (plan.empty()) throw invalid_input(recipe.source, "no Linear of the model matches the recipe's targets");
-  if (format == "gptq" && static_cast<int64_t>(plan.size()) != 7 * cfg.num_hidden_layers)
-    throw unsupported(recipe.source, "the GPTQ format expects every decoder Linear quantized; the recipe leaves " +
-                                         std::to_string(7 * cfg.num_hidden_layers - static_cast<int64_t>(plan.size())) +
-                                         " in full precision (export compressed-tensors, which records them in ignore)");
-  if (format == "gptq" && group_names.size() > 1)
-    throw unsupported(recipe.source, "the GPTQ format holds one scheme per model; export compressed-tensors for mixed schemes");
+  const QuantizePlan plan = make_quantize_plan(recipe, *model);
+  const ModifierSpec& mod = *plan.quantizer;
+  const bool gptq = mod.kind == "GPTQModifier";
+  const std::string& format = recipe.export_.format;
 
   std::vector<std::vector<int32_t>> samples;
-  if (gptq) {
+  if (plan.needs_calibration) {
     // A relative calibration.dataset is relative to the recipe file.
     fs::path calib = job.calib;
     if (calib.empty() && !recipe.calibration.dataset.empty()) {
@@ -127,7 +84,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       if (calib.is_relative()) calib = job.recipe.parent_path() / calib;
     }
     if (calib.empty())
-      throw Error(ErrorKind::Usage, "GPTQ needs calibration data: give --calib FILE or calibration.dataset in the recipe");
+      throw Error(ErrorKind::Usage, plan.calibration_reason + " needs calibration data: give --calib FILE or calibration.dataset in the recipe");
     CalibrationOptions co;
     co.num_samples = recipe.calibration.num_samples;
     co.seq_len = recipe.calibration.seq_len;
@@ -141,7 +98,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
 
   QuantizeSummary sum;
   sum.format = format;
-  sum.method = gptq ? "gptq" : "rtn";
+  sum.method = plan.method;
   sum.samples = static_cast<int64_t>(samples.size());
   for (const auto& s : samples) sum.tokens += static_cast<int64_t>(s.size());
 
@@ -151,37 +108,82 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   std::set<std::string> written;
 
   const QuantizeFn quantize = [&](const LinearToQuantize& in) -> std::optional<QuantizedLinear> {
-    auto it = plan.find(in.name);
-    if (it == plan.end()) return std::nullopt;
+    auto it = plan.linears.find(in.name);
+    if (it == plan.linears.end()) return std::nullopt;
     const ModifierSpec::Group& g = it->second.group;
     QuantizedLinear out;
     out.name = in.name;
-    const RangeObserver obs = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
     if (gptq) {
       GptqOptions o;
       o.block_size = mod.block_size;
       o.dampening_frac = mod.dampening_frac;
       o.actorder = actorder_of(g.actorder);
-      o.observer = obs;
+      o.observer = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
       o.pool = &pool;
       GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, g.weights, o, in.name);
       out.q = std::move(r.q);
       out.note = r.fallback;
     } else {
-      out.q = quantize_rtn(in.weight->data(), in.rows, in.cols, g.weights, obs);
+      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, g);
+    }
+    if (g.input_activations) {
+      out.act = calibrate_activation(*g.input_activations, in.act_min, in.act_max, in.name);
+      // Static input scales are stored in the model dtype (compressed-tensors'
+      // input_scale); the runtime and every exporter use the rounded value.
+      if (out.act->scale > 0) out.act->scale = round_scale(out.act->scale, plan_scale_dtype(cfg));
     }
     return out;
   };
-  // Plain (RTN) quantization needs no forward passes: a single pseudo-sample
-  // keeps the pipeline's bookkeeping while the Hessians stay unused.
-  if (!gptq) samples = {{tok->bos_id() >= 0 ? tok->bos_id() : 0, 0}};
+  // Without calibration (RTN, dynamic activations) a single pseudo-sample
+  // keeps the pipeline's bookkeeping; nothing is observed on it.
+  if (!plan.needs_calibration) samples = {{tok->bos_id() >= 0 ? tok->bos_id() : 0, 0}};
+
+  SequentialOptions so;
+  so.hessian_weighted_error = gptq;
+  so.max_memory_bytes = job.max_memory_bytes;
+  so.observe_ranges = plan.needs_activation_ranges;
+  std::vector<std::pair<float, float>> kv_amax;
+  if (mod.kv_cache_scheme) so.kv_amax = &kv_amax;
+  if (plan.smoothquant || plan.awq) {
+    so.transform = [&](int64_t li, const std::vector<std::vector<int32_t>>& s,
+                       const std::function<std::vector<float>(size_t)>& input) {
+      LayerCalib lc{&s, input};
+      if (plan.smoothquant) {
+        SmoothQuantOptions o;
+        o.alpha = plan.smoothquant->smoothing_strength;
+        o.search = plan.smoothquant->search_smoothing_strength;
+        o.alpha_grid = plan.smoothquant->smoothing_strength_grid;
+        const TrialLinearFn trial = [&](const std::string& name, const float* w, int64_t rows, int64_t cols,
+                                        const std::vector<float>& bias) -> std::shared_ptr<rt::Linear> {
+          return plan_trial_linear(plan, name, w, rows, cols, bias);
+        };
+        for (const auto& line : smoothquant_layer(*model, li, lc, o, trial, pool).lines) log(line);
+      }
+      if (plan.awq) {
+        AwqOptions o;
+        o.n_grid = static_cast<int>(plan.awq->n_grid);
+        o.duo_scaling = plan.awq->duo_scaling;
+        o.apply_clip = plan.awq->apply_clip;
+        o.group_size = plan.awq_group_size;
+        const FakeQuantFn fq = [&](const std::string& name, const float* w, int64_t rows, int64_t cols) {
+          auto it = plan.awq_linears.find(name);
+          if (it == plan.awq_linears.end()) return std::vector<float>();
+          return round_to_nearest(w, rows, cols, it->second).dequantize();
+        };
+        for (const auto& line : awq_layer(*model, li, lc, fq, o, pool).lines) log(line);
+      }
+    };
+  }
 
   double err_sum = 0;
   run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinear>& done, double secs) {
     double worst = 0;
     for (auto& d : done) {
+      const ActQuantParams* act = d.act ? &*d.act : nullptr;
       if (format == "gptq") add_gptq_linear(writer, d.name, d.q);
-      else add_compressed_tensors_linear(writer, d.name, d.q);
+      else if (format == "awq") add_awq_linear(writer, d.name, d.q);
+      else if (format == "modelopt") add_modelopt_linear(writer, d.name, d.q, act);
+      else add_compressed_tensors_linear(writer, d.name, d.q, act);
       written.insert(d.name + ".weight");
       ++sum.linears;
       err_sum += d.error;
@@ -196,56 +198,98 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                   worst);
     log(line);
     ++sum.layers;
-  }, SequentialOptions{gptq, job.max_memory_bytes});
+  }, so);
   sum.mean_error = sum.linears ? err_sum / static_cast<double>(sum.linears) : 0;
 
-  // Everything not quantized is copied as it is. lm_head is never quantized
-  // here; it is listed in ignore even when tied to the embeddings (it is
-  // still a Linear a loader would otherwise look for).
+  // Norms, biases and full-precision Linears of the decoder layers, as the
+  // pipeline left them.
+  const char* names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    const rt::LayerWeights& L = model->weights().layers[static_cast<size_t>(li)];
+    add_current(writer, ck, p + "input_layernorm.weight", L.attn_norm, written);
+    add_current(writer, ck, p + "post_attention_layernorm.weight", L.ffn_norm, written);
+    const std::shared_ptr<rt::Linear>* lins[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+    for (int i = 0; i < 7; ++i) {
+      const rt::Linear& lin = **lins[i];
+      const std::string base = p + names[i];
+      if (ck.contains(base + ".bias")) add_current(writer, ck, base + ".bias", lin.bias_values(), written);
+      if (written.count(base + ".weight")) continue;
+      std::vector<float> w(static_cast<size_t>(lin.out_features() * lin.in_features()));
+      for (int64_t r = 0; r < lin.out_features(); ++r) lin.decode_row(r, w.data() + r * lin.in_features());
+      add_current(writer, ck, base + ".weight", w, written);
+    }
+  }
+  // FP8 KV-cache scales: amax / 448 of the calibrated K (after RoPE) and V.
+  std::vector<KvScales> kv;
+  for (const auto& [k, v] : kv_amax)
+    kv.push_back({k > 0 ? k / 448.0f : 1.0f, v > 0 ? v / 448.0f : 1.0f});
+  for (size_t li = 0; li < kv.size(); ++li) {
+    const std::string p = "model.layers." + std::to_string(li);
+    if (format == "modelopt") add_modelopt_kv_scales(writer, p, kv[li]);
+    else add_compressed_tensors_kv_scales(writer, p + ".self_attn", kv[li], plan_scale_dtype(cfg));
+  }
+
+  // Everything else is copied as it is. lm_head is never quantized here; it
+  // is listed in ignore even when tied to the embeddings (it is still a
+  // Linear a loader would otherwise look for).
   std::vector<std::string> ignore = {"lm_head"};
+  std::set<std::string> quantized;
+  for (const auto& [name, _] : plan.linears) quantized.insert(name);
   for (const std::string& name : ck.names()) {
+    const std::string suffix = ".weight";
+    const bool is_weight = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string module = is_weight ? name.substr(0, name.size() - suffix.size()) : "";
+    if (is_weight && ck.info(name).shape.size() == 2 && name.find("embed_tokens") == std::string::npos &&
+        name != "lm_head.weight" && !quantized.count(module))
+      ignore.push_back(module);
     if (written.count(name)) continue;
     writer.add(name, ck.tensor(name));
-    const std::string suffix = ".weight";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        ck.info(name).shape.size() == 2 && name.find("embed_tokens") == std::string::npos &&
-        name != "lm_head.weight")
-      ignore.push_back(name.substr(0, name.size() - suffix.size()));
   }
   writer.set_metadata({{"format", "pt"}});
   writer.finish();
 
   nlohmann::ordered_json config = cfg.raw;
+  const ModifierSpec::Group& g0 = plan.linears.begin()->second.group;
   if (format == "gptq") {
-    const ModifierSpec::Group& g = plan.begin()->second.group;
     GptqConfigExtras ex;
     ex.damp_percent = mod.dampening_frac;
-    ex.static_groups = g.actorder == "weight" || g.actorder == "static";
-    nlohmann::json qc = gptq_quantize_config(g.weights, g.actorder == "group", ex);
+    ex.static_groups = g0.actorder == "weight" || g0.actorder == "static";
+    nlohmann::json qc = gptq_quantize_config(g0.weights, g0.actorder == "group", ex);
     write_file_atomic(stage.path() / "quantize_config.json", qc.dump(2) + "\n");
     config["quantization_config"] = qc;
+  } else if (format == "awq") {
+    config["quantization_config"] = awq_quantization_config(g0.weights, ignore);
+  } else if (format == "modelopt") {
+    const std::string algo = g0.weights.is_fp8() ? "FP8" : g0.input_activations ? "NVFP4" : "W4A16_NVFP4";
+    const nlohmann::json hq =
+        modelopt_hf_quant_config(algo, mod.kv_cache_scheme ? std::optional<std::string>("FP8") : std::nullopt,
+                                 g0.weights.is_nvfp4() ? std::optional<int>(16) : std::nullopt, ignore);
+    write_file_atomic(stage.path() / "hf_quant_config.json", hq.dump(4) + "\n");
+    config["quantization_config"] = modelopt_config_block(hq);
   } else {
     // Groups in the recipe's order, each once.
     std::vector<CompressedTensorsGroup> list;
-    std::vector<std::string> order;
+    std::vector<const ModifierSpec::Group*> used;
     for (const auto& mg : mod.groups) {
-      const auto p = std::find_if(plan.begin(), plan.end(), [&](const auto& e) { return e.second.group.name == mg.name; });
-      if (p == plan.end()) continue;
+      const auto p = std::find_if(plan.linears.begin(), plan.linears.end(),
+                                  [&](const auto& e) { return e.second.group.name == mg.name; });
+      if (p == plan.linears.end()) continue;
+      const ModifierSpec::Group& g = p->second.group;
       CompressedTensorsGroup cg;
-      cg.scheme = p->second.group.weights;
-      cg.targets = p->second.group.targets;
-      cg.actorder_group = p->second.group.actorder == "group";
-      cg.observer = p->second.group.observer == "mse" ? "mse" : "memoryless_minmax";
+      cg.scheme = g.weights;
+      cg.targets = g.targets;
+      cg.actorder_group = g.actorder == "group";
+      cg.observer = g.observer == "mse" ? "mse" : "memoryless_minmax";
+      cg.input_activations = g.input_activations;
       list.push_back(cg);
-      order.push_back(mg.name);
+      used.push_back(&g);
     }
-    nlohmann::json qc = compressed_tensors_config(list, ignore);
+    nlohmann::json qc = compressed_tensors_config(list, ignore, kCompressedTensorsVersion, mod.kv_cache_scheme);
     // GPTQ's static act-order is recorded as llm-compressor records it.
-    for (size_t i = 0; i < order.size(); ++i) {
-      const auto& p = std::find_if(plan.begin(), plan.end(), [&](const auto& e) { return e.second.group.name == order[i]; });
-      if (gptq && p != plan.end() && p->second.group.actorder == "weight")
-        qc["config_groups"]["group_" + std::to_string(i)]["weights"]["actorder"] = "static";
-    }
+    for (size_t i = 0; i < used.size(); ++i)
+      if (gptq && used[i]->actorder == "weight") qc["config_groups"]["group_" + std::to_string(i)]["weights"]["actorder"] = "static";
     config["quantization_config"] = qc;
   }
   write_file_atomic(stage.path() / "config.json", config.dump(2) + "\n");

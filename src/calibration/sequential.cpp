@@ -1,6 +1,8 @@
 #include "calibration/sequential.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "calibration/activation_store.h"
 #include "core/error.h"
@@ -8,12 +10,16 @@
 namespace qf {
 namespace {
 
-// Accumulates the Hessians of one layer's Linear inputs.
+// Accumulates the Hessians (when asked) and the input ranges of one layer's Linear inputs.
 class HessianObserver final : public rt::LinearObserver {
  public:
-  HessianObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool)
-      : attn(hidden), o(q_dim), mlp(hidden), down(ffn), pool_(pool) {}
+  HessianObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians)
+      : attn(hessians ? hidden : 1), o(hessians ? q_dim : 1), mlp(hessians ? hidden : 1), down(hessians ? ffn : 1),
+        pool_(pool), hessians_(hessians) {}
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
+    auto& r = range[slot];
+    for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
+    if (!hessians_) return;
     switch (slot) {
       case Q: attn.add(x, n, in, pool_); break;
       case O: o.add(x, n, in, pool_); break;
@@ -23,9 +29,22 @@ class HessianObserver final : public rt::LinearObserver {
     }
   }
   HessianAccumulator attn, o, mlp, down;
+  std::pair<float, float> range[8] = {{0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f},
+                                      {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}};
 
  private:
   ThreadPool& pool_;
+  bool hessians_;
+};
+
+// Largest |K| and |V| of one layer.
+class KvObserver final : public rt::LinearObserver {
+ public:
+  void observe(int64_t, Slot, const float*, int64_t, int64_t) override {}
+  void observe_kv(int64_t, const float* k, const float* v, int64_t n, int64_t kv_dim) override {
+    for (int64_t i = 0; i < n * kv_dim; ++i) k_amax = std::max(k_amax, std::fabs(k[i])), v_amax = std::max(v_amax, std::fabs(v[i]));
+  }
+  float k_amax = 0, v_amax = 0;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -69,26 +88,30 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   }
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (opts.transform) opts.transform(li, samples, [&](size_t s) { return hidden.load(s); });
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
     std::unique_ptr<HessianObserver> obs_ptr;
-    if (opts.hessian_weighted_error) {
-      obs_ptr = std::make_unique<HessianObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool);
+    if (opts.hessian_weighted_error || opts.observe_ranges) {
+      obs_ptr = std::make_unique<HessianObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
+                                                  opts.hessian_weighted_error);
       run_layer(model, li, samples, hidden, pool, obs_ptr.get(), false);
     }
-    HessianObserver* obsp = obs_ptr.get();
+    HessianObserver* obsp = opts.hessian_weighted_error ? obs_ptr.get() : nullptr;
     rt::LayerWeights& L = model.mutable_layer(li);
     struct Slot {
       const char* name;
       std::shared_ptr<rt::Linear>* lin;
       const HessianAccumulator* h;
+      rt::LinearObserver::Slot slot;
     };
-    const Slot slots[] = {{"self_attn.q_proj", &L.q, obsp ? &obsp->attn : nullptr},
-                          {"self_attn.k_proj", &L.k, obsp ? &obsp->attn : nullptr},
-                          {"self_attn.v_proj", &L.v, obsp ? &obsp->attn : nullptr},
-                          {"self_attn.o_proj", &L.o, obsp ? &obsp->o : nullptr},
-                          {"mlp.gate_proj", &L.gate, obsp ? &obsp->mlp : nullptr},
-                          {"mlp.up_proj", &L.up, obsp ? &obsp->mlp : nullptr},
-                          {"mlp.down_proj", &L.down, obsp ? &obsp->down : nullptr}};
+    using S = rt::LinearObserver;
+    const Slot slots[] = {{"self_attn.q_proj", &L.q, obsp ? &obsp->attn : nullptr, S::Q},
+                          {"self_attn.k_proj", &L.k, obsp ? &obsp->attn : nullptr, S::K},
+                          {"self_attn.v_proj", &L.v, obsp ? &obsp->attn : nullptr, S::V},
+                          {"self_attn.o_proj", &L.o, obsp ? &obsp->o : nullptr, S::O},
+                          {"mlp.gate_proj", &L.gate, obsp ? &obsp->mlp : nullptr, S::Gate},
+                          {"mlp.up_proj", &L.up, obsp ? &obsp->mlp : nullptr, S::Up},
+                          {"mlp.down_proj", &L.down, obsp ? &obsp->down : nullptr, S::Down}};
     std::vector<QuantizedLinear> done;
     for (const Slot& sl : slots) {
       rt::Linear& lin = **sl.lin;
@@ -96,6 +119,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       for (int64_t r = 0; r < lin.out_features(); ++r) lin.decode_row(r, w.data() + r * lin.in_features());
       LinearToQuantize in{"model.layers." + std::to_string(li) + "." + sl.name, li, &w, lin.out_features(),
                           lin.in_features(), sl.h};
+      if (obs_ptr && opts.observe_ranges) in.act_min = obs_ptr->range[sl.slot].first, in.act_max = obs_ptr->range[sl.slot].second;
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinear> q = quantize(in);
       if (!q) continue;
@@ -120,10 +144,12 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
         std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
       }
-      *sl.lin = rt::make_packed_linear(q->q, bt ? &*bt : nullptr, in.name);
+      *sl.lin = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
       done.push_back(std::move(*q));
     }
-    run_layer(model, li, samples, hidden, pool, nullptr, true);
+    KvObserver kv;
+    run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
+    if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
     if (layer_done) layer_done(li, done, seconds_since(t0));
   }
 }

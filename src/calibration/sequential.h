@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "quantizers/act_quant.h"
 #include "quantizers/gptq.h"
 #include "quantizers/quant_scheme.h"
 #include "runtime/model.h"
@@ -30,6 +31,9 @@ struct LinearToQuantize {
   const std::vector<float>* weight = nullptr;  // [rows * cols] f32
   int64_t rows = 0, cols = 0;
   const HessianAccumulator* hessian = nullptr;  // nullptr when run without calibration (RTN)
+  // Range of the Linear's input over the calibration tokens (observe_ranges);
+  // 0, 0 when not observed.
+  float act_min = 0, act_max = 0;
 };
 
 struct QuantizedLinear {
@@ -38,6 +42,7 @@ struct QuantizedLinear {
   double error = 0;      // relative output error estimate sum (dW^2 diag H) / sum (W^2 diag H)
   double seconds = 0;
   std::string note;      // e.g. a GPTQ fallback
+  std::optional<ActQuantParams> act;  // the input quantizer, when activations are quantized
 };
 
 // Returns the quantized form, or nullopt to leave the Linear as it is.
@@ -54,9 +59,22 @@ struct SequentialOptions {
   // Bytes the inter-layer hidden states may take in memory (0: no limit);
   // beyond it they are spilled to disk, zstd-compressed (ActivationStore).
   uint64_t max_memory_bytes = 0;
+  // Record each Linear's input range in the capture pass (static activation
+  // scales, NVFP4 input global scales).
+  bool observe_ranges = false;
+  // Called for each layer before its capture pass, with the calibration token
+  // ids and a loader of the hidden states entering the layer (sample s ->
+  // [len, hidden]); it may rewrite the layer's float weights (SmoothQuant, AWQ).
+  std::function<void(int64_t layer, const std::vector<std::vector<int32_t>>& samples,
+                     const std::function<std::vector<float>(size_t)>& input)>
+      transform;
+  // When set, receives per layer the largest |K| (after RoPE) and |V| the
+  // quantized layer produces on the calibration set (FP8 KV-cache scales).
+  std::vector<std::pair<float, float>>* kv_amax = nullptr;
 };
 
-// Quantizes `model` in place (its Linears become packed), handing each layer's
+// Quantizes `model` in place (its Linears become quantized Linears, with the
+// input quantizer the callback returns), handing each layer's
 // quantized Linears to layer_done.
 void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& samples,
                     const QuantizeFn& quantize, ThreadPool& pool, const LayerDoneFn& layer_done = {},

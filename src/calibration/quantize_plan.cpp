@@ -1,0 +1,214 @@
+#include "calibration/quantize_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "quantizers/act_quant.h"
+#include "quantizers/float_quant.h"
+#include "quantizers/rtn.h"
+
+namespace qf {
+namespace {
+
+const char* kNames[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+
+// Checks one Linear's scheme against its shape and the export format.
+void check_linear(const ModifierSpec::Group& g, const std::string& name, int64_t rows, int64_t cols,
+                  const std::string& format, bool gptq) {
+  const QuantScheme& w = g.weights;
+  if (w.grouped() && cols % w.group_size != 0)
+    throw invalid_input(g.where, "group_size " + std::to_string(w.group_size) + " does not divide the " +
+                                     std::to_string(cols) + " input columns of " + name +
+                                     " (choose a group size that divides it, use strategy: channel, or ignore the module)");
+  if (gptq && w.is_float())
+    throw unsupported(g.where, "GPTQModifier quantizes integer weights; use QuantizationModifier for " + w.describe());
+  const ActivationScheme* a = g.input_activations ? &*g.input_activations : nullptr;
+  if (format == "gptq" || format == "awq") {
+    if (a) throw unsupported(g.where, "the " + format + " format holds weight-only schemes; export compressed-tensors for " +
+                                          a->describe() + " activations");
+    if (w.is_float()) throw unsupported(g.where, "the " + format + " format holds integer weights, not " + w.describe());
+  }
+  if (format == "gptq") {
+    if (w.strategy == QuantStrategy::Tensor)
+      throw unsupported(g.where, "the GPTQ format has no per-tensor strategy; use group or channel");
+    if (!w.symmetric)
+      throw unsupported(g.where, "asymmetric GPTQ checkpoints (v1 zero-minus-one convention) cannot hold a zero point "
+                                 "of 0; use symmetric: true or export compressed-tensors");
+    if (g.scale_dtype_set && w.scale_dtype != DType::F16) throw unsupported(g.where, "the GPTQ format stores f16 scales");
+    const int64_t b = w.bits;
+    if (b != 2 && b != 3 && b != 4 && b != 8)
+      throw unsupported(g.where, "the GPTQ format holds 2, 3, 4 or 8 bits, not " + std::to_string(b));
+    if ((cols * b) % 32 != 0 || (rows * b) % 32 != 0)
+      throw unsupported(g.where, name + " is [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                     "]: GPTQ packing needs in*bits and out*bits to be multiples of 32");
+  }
+  if (format == "awq") {
+    if (w.bits != 4 || w.strategy != QuantStrategy::Group)
+      throw unsupported(g.where, "the AutoAWQ GEMM format holds 4-bit group quantization, not " + w.describe());
+    if (g.scale_dtype_set && w.scale_dtype != DType::F16) throw unsupported(g.where, "the AWQ format stores f16 scales");
+    if (rows % 8 != 0) throw unsupported(g.where, name + " has " + std::to_string(rows) + " output rows: AWQ packs 8 per int32");
+    if (g.actorder == "group") throw unsupported(g.where, "the AWQ format has no g_idx (act-order 'group')");
+  }
+  if (format == "modelopt") {
+    const bool fp8 = w.is_fp8() && w.strategy == QuantStrategy::Tensor && a && a->type == QuantType::Float &&
+                     a->bits == 8 && a->strategy == QuantStrategy::Tensor && !a->dynamic;
+    const bool nvfp4 = w.is_nvfp4() && (!a || a->is_nvfp4());
+    if (!fp8 && !nvfp4)
+      throw unsupported(g.where, "the modelopt format holds FP8 (per-tensor weights, static per-tensor inputs: preset FP8) "
+                                 "and NVFP4 (NVFP4, NVFP4A16); this group is " + w.describe() +
+                                     (a ? " / " + a->describe() : std::string(" weight-only")));
+  }
+}
+
+// A Linear for SmoothQuant's search: RTN weights, inputs quantized with
+// scales taken from each forward's own input.
+class TrialLinear final : public rt::Linear {
+ public:
+  TrialLinear(QuantizedTensor q, std::optional<ActivationScheme> act, const std::vector<float>& bias, const std::string& name)
+      : Linear(q.cols, q.rows), act_(std::move(act)), name_(name) {
+    std::optional<Tensor> bt;
+    if (!bias.empty()) {
+      bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
+      std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
+    }
+    inner_ = rt::make_quantized_linear(q, nullptr, bt ? &*bt : nullptr, name);
+  }
+  void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
+    if (!act_) return inner_->forward(x, n, y, pool);
+    std::vector<float> xq(x, x + n * in_);
+    const auto [lo, hi] = std::minmax_element(xq.begin(), xq.end());
+    const ActQuantParams p = calibrate_activation(*act_, xq.empty() ? 0.f : *lo, xq.empty() ? 0.f : *hi, name_);
+    quantize_activations(p, xq.data(), n, in_);
+    inner_->forward(xq.data(), n, y, pool);
+  }
+  void decode_row(int64_t r, float* out) const override { inner_->decode_row(r, out); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string format() const override { return inner_->format(); }
+  std::vector<float> bias_values() const override { return inner_->bias_values(); }
+
+ private:
+  std::optional<ActivationScheme> act_;
+  std::string name_;
+  std::unique_ptr<rt::Linear> inner_;
+};
+
+}  // namespace
+
+DType plan_scale_dtype(const ModelConfig& c) {
+  if (c.torch_dtype == "bfloat16") return DType::BF16;
+  if (c.torch_dtype == "float32") return DType::F32;
+  return DType::F16;
+}
+
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g) {
+  if (g.weights.is_fp8()) return quantize_fp8(w, rows, cols, g.weights);
+  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights);
+  return quantize_rtn(w, rows, cols, g.weights, g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax);
+}
+
+std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,
+                                              int64_t rows, int64_t cols, const std::vector<float>& bias) {
+  auto it = plan.linears.find(name);
+  if (it == plan.linears.end()) {
+    Tensor t = Tensor::zeros(DType::F32, {rows, cols});
+    std::copy(w, w + rows * cols, t.mutable_data_as<float>());
+    std::optional<Tensor> bt;
+    if (!bias.empty()) {
+      bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
+      std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
+    }
+    return rt::make_dense_linear(t, bt ? &*bt : nullptr, name);
+  }
+  const ModifierSpec::Group& g = it->second.group;
+  return std::make_shared<TrialLinear>(round_to_nearest(w, rows, cols, g), g.input_activations, bias, name);
+}
+
+QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
+  QuantizePlan plan;
+  for (const ModifierSpec& m : recipe.modifiers) {
+    if (m.kind == "SmoothQuantModifier") {
+      if (plan.smoothquant || plan.awq || plan.quantizer)
+        throw unsupported(m.where, "SmoothQuantModifier must come first, once, before AWQModifier and the quantizer");
+      if (!m.ignore.empty())
+        throw unsupported(m.where, "SmoothQuantModifier.ignore is not supported (every layer's q/k/v and gate/up are smoothed)");
+      plan.smoothquant = &m;
+    } else if (m.kind == "AWQModifier") {
+      if (plan.awq || plan.quantizer)
+        throw unsupported(m.where, "AWQModifier must come once, before the quantizer (GPTQModifier or QuantizationModifier)");
+      plan.awq = &m;
+    } else {
+      if (plan.quantizer && plan.quantizer != plan.awq)
+        throw unsupported(m.where, "one quantization modifier per recipe (GPTQModifier or QuantizationModifier); found a second");
+      plan.quantizer = &m;
+    }
+  }
+  if (!plan.quantizer && plan.awq && !plan.awq->groups.empty()) plan.quantizer = plan.awq;  // AWQ then RTN in its scheme
+  if (!plan.quantizer)
+    throw invalid_input(recipe.source, "the recipe quantizes nothing: add a GPTQModifier or QuantizationModifier (or give "
+                                       "AWQModifier a scheme)");
+  const ModifierSpec& mod = *plan.quantizer;
+  const bool gptq = mod.kind == "GPTQModifier";
+  const std::string& format = recipe.export_.format;
+  const ModelConfig& cfg = model.config();
+  const DType sdt = plan_scale_dtype(cfg);
+
+  std::set<std::string> group_names;
+  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
+    const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(li)];
+    const std::shared_ptr<rt::Linear>* lins[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
+    for (int i = 0; i < 7; ++i) {
+      const std::string name = "model.layers." + std::to_string(li) + "." + kNames[i];
+      const int64_t rows = (*lins[i])->out_features(), cols = (*lins[i])->in_features();
+      std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
+      if (g && g->quantize_weights) {
+        if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;
+        check_linear(*g, name, rows, cols, format, gptq);
+        if (g->input_activations) {
+          g->input_activations->validate(g->where);
+          if (g->input_activations->needs_calibration()) plan.needs_activation_ranges = true;
+        }
+        plan.linears[name] = {*g};
+        group_names.insert(g->name);
+      }
+      // The scheme AWQ's search assumes: its own (legacy recipes), else the quantizer's.
+      if (plan.awq) {
+        std::optional<ModifierSpec::Group> ag = plan.awq->groups.empty() ? g : scheme_for(*plan.awq, name);
+        if (ag && ag->quantize_weights) {
+          if (!ag->scale_dtype_set) ag->weights.scale_dtype = sdt;
+          if (ag->weights.grouped() && cols % ag->weights.group_size != 0)
+            throw invalid_input(ag->where, "group_size " + std::to_string(ag->weights.group_size) + " does not divide the " +
+                                               std::to_string(cols) + " input columns of " + name);
+          plan.awq_group_size = ag->weights.grouped() ? ag->weights.group_size : -1;
+          plan.awq_linears[name] = *ag;
+        }
+      }
+    }
+  }
+  if (plan.linears.empty()) throw invalid_input(recipe.source, "no Linear of the model matches the recipe's targets");
+  const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
+  if ((format == "gptq" || format == "awq" || format == "modelopt") && group_names.size() > 1)
+    throw unsupported(recipe.source, "the " + format + " format holds one scheme per model; export compressed-tensors for mixed schemes");
+  if ((format == "gptq" || format == "awq") && n != all)
+    throw unsupported(recipe.source, "the " + format + " format expects every decoder Linear quantized; the recipe leaves " +
+                                         std::to_string(all - n) +
+                                         " in full precision (export compressed-tensors, which records them in ignore)");
+  if (mod.kv_cache_scheme && (format == "gptq" || format == "awq"))
+    throw unsupported(mod.where, "the " + format + " format has no KV-cache scales; export compressed-tensors or modelopt");
+
+  std::vector<std::string> reasons;
+  if (gptq) reasons.push_back("GPTQ");
+  if (plan.smoothquant) reasons.push_back("SmoothQuant");
+  if (plan.awq) reasons.push_back("AWQ");
+  if (plan.needs_activation_ranges) reasons.push_back("static activation scales");
+  if (mod.kv_cache_scheme) reasons.push_back("the KV-cache scheme");
+  plan.needs_calibration = !reasons.empty();
+  for (size_t i = 0; i < reasons.size(); ++i) plan.calibration_reason += (i ? i + 1 == reasons.size() ? " and " : ", " : "") + reasons[i];
+  if (plan.smoothquant) plan.method += "smoothquant+";
+  if (plan.awq) plan.method += "awq+";
+  plan.method += gptq ? "gptq" : "rtn";
+  return plan;
+}
+
+}  // namespace qf

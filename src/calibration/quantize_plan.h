@@ -1,0 +1,57 @@
+// What `quantize` will do to each Linear of a model, decided and checked
+// before any work: which recipe modifiers run (SmoothQuant, AWQ, then one
+// quantizer), the scheme of every Linear, whether calibration data is
+// needed, and whether the export format can hold the result.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "quantizers/quant_scheme.h"
+#include "recipe/recipe.h"
+#include "runtime/linear.h"
+#include "runtime/model.h"
+
+namespace qf {
+
+struct PlannedLinear {
+  ModifierSpec::Group group;  // weights scheme (scale dtype resolved) and input activations
+};
+
+struct QuantizePlan {
+  const ModifierSpec* quantizer = nullptr;    // GPTQModifier, QuantizationModifier, or an AWQModifier with a scheme
+  const ModifierSpec* smoothquant = nullptr;  // SmoothQuantModifier, when the recipe has one
+  const ModifierSpec* awq = nullptr;          // AWQModifier, when the recipe has one
+  std::map<std::string, PlannedLinear> linears;             // Linears to quantize, by module name
+  std::map<std::string, ModifierSpec::Group> awq_linears;   // the scheme AWQ's search assumes for each
+  int64_t awq_group_size = 128;               // -1: per channel
+  bool needs_calibration = false;             // GPTQ, transforms, static activations, NVFP4 inputs, KV scales
+  bool needs_activation_ranges = false;       // static activation scales or NVFP4 input global scales
+  std::string calibration_reason;             // what needs it, for the error when none is given
+  std::string method;                         // "gptq", "rtn", "awq+rtn", "smoothquant+gptq", ...
+};
+
+// Throws (InvalidInput / Unsupported, naming the recipe position) for modifier
+// orders other than [SmoothQuant] [AWQ] quantizer, group sizes that do not
+// divide a Linear, and schemes the export format cannot hold.
+QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
+
+// The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
+DType plan_scale_dtype(const ModelConfig& c);
+
+// Round-to-nearest in the group's scheme: integer (minmax or mse observer),
+// FP8 or NVFP4.
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g);
+
+// The Linear SmoothQuant's strength search evaluates: the planned scheme by
+// round-to-nearest, with the planned input quantizer (static scales and NVFP4
+// global scales are taken from the trial input's own range at forward time,
+// i.e. per-token dynamic scales stand in for static ones). Returns a dense
+// Linear when the module is not quantized.
+std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,
+                                              int64_t rows, int64_t cols, const std::vector<float>& bias);
+
+}  // namespace qf

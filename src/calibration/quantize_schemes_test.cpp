@@ -1,0 +1,120 @@
+// quantize on the bundled fixture for every scheme beyond integer
+// weight-only: AWQ, SmoothQuant W8A8, FP8, NVFP4, measured by KL divergence
+// from the f16 model, and each export read back by the runtime.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "calibration/quantize_model.h"
+#include "core/io.h"
+#include "eval/perplexity.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/model.h"
+#include "test_util.h"
+
+namespace qf {
+namespace {
+
+using namespace qf::test;
+
+std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
+
+class Schemes : public ::testing::Test {
+ protected:
+  static TempDir& dir() {
+    static TempDir d;
+    return d;
+  }
+  static std::filesystem::path run(const std::string& name) {
+    const auto out = dir().path() / name;
+    if (!std::filesystem::exists(out))
+      quantize_model({fixture().string(), source_dir() / "tests/data/recipes" / (name + ".yaml"), out,
+                      source_dir() / "tests/data/text/calibration.txt"},
+                     ThreadPool::global(), [](const std::string&) {});
+    return out;
+  }
+  // Cached per recipe: KL / perplexity against the f16 model on 10 chunks.
+  static const eval::EvalResult& eval(const std::string& name) {
+    static std::map<std::string, eval::EvalResult> cache;
+    auto it = cache.find(name);
+    if (it != cache.end()) return it->second;
+    static auto base = rt::load_model(fixture().string());
+    static auto tok = load_tokenizer(fixture());
+    auto m = rt::load_model(run(name).string());
+    eval::PplOptions o;
+    o.max_spans = 10;
+    const auto spans = eval::make_spans(*tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
+    eval::EvalResult r = eval::evaluate(*m, base.get(), spans, o, ThreadPool::global());
+    std::printf("%-20s KLD %.6f ppl %.4f (f16 %.4f, delta %+.4f)\n", name.c_str(), r.kld_mean, r.ppl, r.base_ppl, r.ppl_delta);
+    return cache.emplace(name, r).first->second;
+  }
+};
+
+TEST_F(Schemes, AwqIsAtOrBelowRtnAtFourBits) {
+  EXPECT_LE(eval("w4-awq").kld_mean, eval("w4-rtn").kld_mean);
+  // AWQ scales then GPTQ on the rescaled weights beats plain RTN clearly.
+  EXPECT_LT(eval("w4-awq-gptq").kld_mean, 0.8 * eval("w4-rtn").kld_mean);
+}
+
+TEST_F(Schemes, SmoothQuantBeatsPlainW8A8) {
+  EXPECT_LT(eval("w8a8-sq-search").kld_mean, eval("w8a8-rtn").kld_mean);
+  EXPECT_LE(eval("w8a8-sq-search").kld_mean, eval("w8a8-sq").kld_mean * 1.02);
+}
+
+TEST_F(Schemes, Fp8StaysWithinOnePercentOfF16Perplexity) {
+  for (const char* r : {"fp8", "fp8-dynamic"}) {
+    const auto& e = eval(r);
+    EXPECT_LT(std::fabs(e.ppl - e.base_ppl) / e.base_ppl, 0.01) << r;
+  }
+}
+
+// NVFP4 weights (16-element blocks, e4m3 scales) land between INT4 RTN
+// (group 128) and FP8. NVFP4 W4A4 also rounds every activation to e2m1, so
+// it is measured against FP8 only.
+TEST_F(Schemes, Nvfp4LandsBetweenInt4RtnAndFp8) {
+  EXPECT_LT(eval("nvfp4a16").kld_mean, eval("w4-rtn").kld_mean);
+  EXPECT_GT(eval("nvfp4a16").kld_mean, eval("fp8").kld_mean);
+  EXPECT_GT(eval("nvfp4").kld_mean, eval("nvfp4a16").kld_mean);
+}
+
+// The same quantization in two containers reads back to the same model.
+TEST_F(Schemes, ExportsRoundTripThroughTheRuntime) {
+  for (const auto& [a, b] : {std::pair{"fp8", "fp8-modelopt"}, {"w4asym-awq-ct", "w4asym-awq-awqfmt"}}) {
+    EXPECT_EQ(eval(a).kld_mean, eval(b).kld_mean) << a << " vs " << b;
+    EXPECT_EQ(eval(a).ppl, eval(b).ppl) << a << " vs " << b;
+  }
+  // modelopt stores the reciprocals of the NVFP4 global scales, which may
+  // move them by one f32 ulp: the two read back equal to within that.
+  EXPECT_NEAR(eval("nvfp4").kld_mean, eval("nvfp4-modelopt").kld_mean, 1e-3 * eval("nvfp4").kld_mean);
+  EXPECT_NEAR(eval("nvfp4").ppl, eval("nvfp4-modelopt").ppl, 1e-3 * eval("nvfp4").ppl);
+  // KV-cache scales come back from both layouts, equal.
+  auto ct = rt::load_model(run("fp8").string());
+  auto mo = rt::load_model(run("fp8-modelopt").string());
+  ASSERT_EQ(ct->weights().k_scale.size(), 4u);
+  ASSERT_EQ(mo->weights().k_scale.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GT(ct->weights().k_scale[i], 0.f);
+    EXPECT_NEAR(ct->weights().k_scale[i], mo->weights().k_scale[i], 1e-3f * mo->weights().k_scale[i]);
+    EXPECT_NEAR(ct->weights().v_scale[i], mo->weights().v_scale[i], 1e-3f * mo->weights().v_scale[i]);
+  }
+  const auto cfg = nlohmann::json::parse(read_text_file(run("fp8") / "config.json"));
+  EXPECT_EQ(cfg["quantization_config"]["format"], "float-quantized");
+  EXPECT_FALSE(cfg["quantization_config"]["kv_cache_scheme"].is_null());
+  const auto hq = nlohmann::json::parse(read_text_file(run("fp8-modelopt") / "hf_quant_config.json"));
+  EXPECT_EQ(hq["quantization"]["quant_algo"], "FP8");
+  EXPECT_EQ(hq["quantization"]["kv_cache_quant_algo"], "FP8");
+  const auto awq = nlohmann::json::parse(read_text_file(run("w4asym-awq-awqfmt") / "config.json"));
+  EXPECT_EQ(awq["quantization_config"]["quant_method"], "awq");
+  EXPECT_EQ(awq["quantization_config"]["version"], "gemm");
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(run("w8a8-rtn") / "config.json"))["quantization_config"]["format"],
+            "int-quantized");
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(run("nvfp4") / "config.json"))["quantization_config"]["format"],
+            "nvfp4-pack-quantized");
+}
+
+}  // namespace
+}  // namespace qf
