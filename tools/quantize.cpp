@@ -51,7 +51,7 @@ void run_quantize(const QuantizeOpts& o) {
 
 void register_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOpts>();
-  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a model with a YAML recipe (RTN, GPTQ) to compressed-tensors or GPTQ");
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a model with a YAML recipe (RTN, GPTQ, AWQ, SmoothQuant; int, FP8, NVFP4) to compressed-tensors, GPTQ, AWQ or modelopt");
   cmd->add_option("model", o->model, "model folder or Hugging Face cache id (f16/bf16/f32)")->required();
   cmd->add_option("--recipe", o->recipe, "YAML recipe (llm-compressor syntax; see docs/recipes.md)")->required();
   cmd->add_option("-o,--output", o->out, "output folder (must not exist, or be empty)")->required();

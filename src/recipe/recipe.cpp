@@ -533,7 +533,7 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
       if (!p->supported)
         fail(name_node, kind + ".scheme: preset " + quote(upper(name)) +
                             " is not supported yet (supported presets: " + kSupportedPresets +
-                            "; activation and float quantization are future work)",
+                            "; block and MX formats and 4-bit activations are not)",
              ErrorKind::Unsupported);
       ModifierSpec::Group g;
       g.name = "group_" + std::to_string(m.groups.size());

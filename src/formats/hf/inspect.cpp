@@ -5,6 +5,8 @@
 #include <regex>
 
 #include "core/error.h"
+#include "formats/export/awq_format.h"
+#include "formats/export/compressed_tensors.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -137,14 +139,21 @@ static std::string quantization_summary(const json& q) {
       std::string out = "compressed-tensors " + q.value("format", std::string("?")) + ":";
       for (const auto& [name, g] : q.at("config_groups").items()) {
         const json& w = g.at("weights");
-        out += " " + name + " " +
-               scheme(w.value("num_bits", 8), w.value("symmetric", true), w.value("group_size", json()), w.value("strategy", "?"));
+        out += " " + name + " " + compressed_tensors_scheme_from_args(w).describe();
         if (w.contains("actorder") && w["actorder"].is_string()) out += " actorder " + w["actorder"].get<std::string>();
+        if (g.contains("input_activations") && g["input_activations"].is_object())
+          out += " / " + compressed_tensors_activation_from_args(g["input_activations"]).describe();
         out += " -> " + g.value("targets", json::array()).dump() + ";";
       }
+      if (q.contains("kv_cache_scheme") && q["kv_cache_scheme"].is_object()) out += " kv cache fp8;";
       std::string ign;
       for (const auto& i : q.value("ignore", json::array())) ign += (ign.empty() ? "" : ", ") + i.get<std::string>();
       return out + " ignore " + (ign.empty() ? "nothing" : ign);
+    }
+    if (method == "awq") return "awq (" + q.value("version", std::string("?")) + "): " + awq_scheme_from_config(q).describe();
+    if (method == "modelopt") {
+      const json& k = q.contains("kv_cache_scheme") ? q["kv_cache_scheme"] : json();
+      return "modelopt: " + q.value("quant_algo", std::string("?")) + (k.is_object() ? ", kv cache fp8" : "");
     }
     if (method == "gptq") {
       const int64_t g = q.value("group_size", int64_t{-1});
