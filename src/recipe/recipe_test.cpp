@@ -49,13 +49,15 @@ TEST(Recipe, EveryShippedRecipeParses) {
     const Recipe r = parse_recipe_file(entry.path());
     ASSERT_FALSE(r.modifiers.empty());
     for (const auto& m : r.modifiers) {
+      if (m.is_transform()) continue;  // SmoothQuant / AWQ: the quantizer after them has the scheme
       ASSERT_FALSE(m.groups.empty());
       EXPECT_EQ(m.ignore, std::vector<std::string>{"lm_head"});
       // Every Linear but lm_head is quantized.
       EXPECT_TRUE(scheme_for(m, "model.layers.0.self_attn.q_proj").has_value());
       EXPECT_FALSE(scheme_for(m, "lm_head").has_value());
     }
-    EXPECT_EQ(r.export_.format, "compressed-tensors");
+    EXPECT_TRUE(r.export_.format == "compressed-tensors" || r.export_.format == "awq" || r.export_.format == "modelopt")
+        << r.export_.format;
     ++n;
   }
   EXPECT_GE(n, 5);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "formats/export/checked_tensor.h"
+#include "formats/export/pack.h"
 
 namespace qf {
 namespace {
@@ -51,15 +52,9 @@ void add_modelopt_linear(SafetensorsWriter& w, const std::string& prefix, const 
   if (!s.is_nvfp4()) throw unsupported(prefix, "modelopt export holds FP8 or NVFP4 weights, not " + s.describe());
   if (act && !act->scheme.is_nvfp4())
     throw unsupported(prefix, "NVFP4 weights go with NVFP4 activations or none, not " + act->scheme.describe());
-  std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2));
-  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>((q.q[2 * i] & 0xf) | (q.q[2 * i + 1] << 4));
+  const std::vector<uint8_t> packed = pack_nvfp4_rows(q);
   w.add(prefix + ".weight", DType::U8, {out, in / 2}, packed.data(), packed.size());
-  std::vector<uint8_t> sc(q.scales.size());
-  for (size_t i = 0; i < sc.size(); ++i) {
-    sc[i] = f32_to_f8e4m3(q.scales[i]);
-    if (f8e4m3_to_f32(sc[i]) != q.scales[i])
-      throw invalid_input(prefix, "NVFP4 block scale " + std::to_string(q.scales[i]) + " is not an e4m3 value");
-  }
+  const std::vector<uint8_t> sc = nvfp4_scales_e4m3(q, prefix);
   w.add(prefix + ".weight_scale", DType::F8_E4M3, {out, q.n_groups()}, sc.data(), sc.size());
   add_scalar(w, prefix + ".weight_scale_2", reciprocal(q.global_scale));
   if (act) add_scalar(w, prefix + ".input_scale", reciprocal(act->global_scale));

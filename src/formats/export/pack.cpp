@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace qf {
@@ -84,6 +85,22 @@ std::vector<uint8_t> unpack_int32_cols(const int32_t* words, int64_t rows, int64
   const auto* w = reinterpret_cast<const uint32_t*>(words);
   for (int64_t c = 0; c < cols; ++c) unpack_run(w + c, cols, rows, bits, out.data() + c, cols);
   return out;
+}
+
+std::vector<uint8_t> pack_nvfp4_rows(const QuantizedTensor& q) {
+  std::vector<uint8_t> packed(q.q.size() / 2);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>((q.q[2 * i] & 0xf) | (q.q[2 * i + 1] << 4));
+  return packed;
+}
+
+std::vector<uint8_t> nvfp4_scales_e4m3(const QuantizedTensor& q, const std::string& where) {
+  std::vector<uint8_t> sc(q.scales.size());
+  for (size_t i = 0; i < sc.size(); ++i) {
+    sc[i] = f32_to_f8e4m3(q.scales[i]);
+    if (f8e4m3_to_f32(sc[i]) != q.scales[i])
+      throw invalid_input(where, "NVFP4 block scale " + std::to_string(q.scales[i]) + " is not an e4m3 value");
+  }
+  return sc;
 }
 
 }  // namespace qf

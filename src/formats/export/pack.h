@@ -25,7 +25,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "quantizers/quant_scheme.h"
 
 namespace qf {
 
@@ -46,5 +49,12 @@ std::vector<uint8_t> unpack_int32_rows(const int32_t* words, int64_t rows, int64
 std::vector<int32_t> pack_int32_cols(const uint8_t* values, int64_t rows, int64_t cols, int bits);
 // Inverse: words [packed_words(rows, bits), cols] -> values [rows, cols].
 std::vector<uint8_t> unpack_int32_cols(const int32_t* words, int64_t rows, int64_t cols, int bits);
+
+// NVFP4 (compressed-tensors weight_packed, modelopt weight): the e2m1 codes
+// of q, two per byte along each row, element 2j in the low nibble.
+std::vector<uint8_t> pack_nvfp4_rows(const QuantizedTensor& q);
+// NVFP4 block scales as e4m3 bytes; InvalidInput naming `where` for a scale
+// that is not exactly an e4m3 value.
+std::vector<uint8_t> nvfp4_scales_e4m3(const QuantizedTensor& q, const std::string& where);
 
 }  // namespace qf

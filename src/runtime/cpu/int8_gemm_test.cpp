@@ -10,20 +10,12 @@
 #include <vector>
 
 #include "runtime/cpu/kernels.h"
+#include "simd_level_fixture.h"
 
 namespace qf::rt {
 namespace {
 
-class Int8GemmLevels : public ::testing::TestWithParam<SimdLevel> {
- protected:
-  void SetUp() override {
-    if (GetParam() > best_simd_level()) GTEST_SKIP() << simd_level_name(GetParam()) << " is not available on this CPU";
-    saved_ = simd_level();
-    set_simd_level(GetParam());
-  }
-  void TearDown() override { set_simd_level(saved_); }
-  SimdLevel saved_ = SimdLevel::Scalar;
-};
+class Int8GemmLevels : public test::SimdLevelFixture {};
 
 std::vector<int8_t> random_i8(size_t n, std::mt19937& rng) {
   std::vector<int8_t> v(n);

@@ -1,6 +1,7 @@
 // Every SIMD kernel against its scalar reference, on lengths that exercise
 // the vector bodies and the tails.
 #include "runtime/cpu/kernels.h"
+#include "simd_level_fixture.h"
 
 #include <gtest/gtest.h>
 
@@ -11,16 +12,7 @@
 namespace qf::rt {
 namespace {
 
-class SimdLevels : public ::testing::TestWithParam<SimdLevel> {
- protected:
-  void SetUp() override {
-    if (GetParam() > best_simd_level()) GTEST_SKIP() << simd_level_name(GetParam()) << " is not available on this CPU";
-    saved_ = simd_level();
-    set_simd_level(GetParam());
-  }
-  void TearDown() override { set_simd_level(saved_); }
-  SimdLevel saved_ = SimdLevel::Scalar;
-};
+class SimdLevels : public test::SimdLevelFixture {};
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
   std::mt19937 rng(seed);
