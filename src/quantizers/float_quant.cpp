@@ -33,7 +33,7 @@ QuantizedTensor empty_tensor(int64_t rows, int64_t cols, const QuantScheme& s, c
   t.rows = rows;
   t.cols = cols;
   t.q.resize(static_cast<size_t>(rows * cols));
-  t.scales.resize(s.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * t.n_groups()));
+  t.scales.resize(static_cast<size_t>(t.n_params()));
   return t;
 }
 

@@ -187,7 +187,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   out.cols = cols;
   out.q.assign(static_cast<size_t>(rows * cols), 0);
   const int64_t ng = out.n_groups();
-  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * ng);
+  const size_t np = static_cast<size_t>(out.n_params());
   out.scales.assign(np, 0.0f);
   out.zeros.assign(np, 0);
 

@@ -64,6 +64,10 @@ int64_t QuantizedTensor::n_groups() const {
   }
 }
 
+int64_t QuantizedTensor::n_params() const {
+  return scheme.strategy == QuantStrategy::Tensor ? 1 : rows * n_groups();
+}
+
 int64_t QuantizedTensor::group_of(int64_t col) const {
   if (!scheme.grouped()) return 0;
   return g_idx.empty() ? col / scheme.group_size : g_idx[static_cast<size_t>(col)];
@@ -99,7 +103,7 @@ std::vector<float> QuantizedTensor::dequantize() const {
 
 void QuantizedTensor::validate(const std::string& where) const {
   scheme.validate(where, scheme.grouped() && g_idx.empty() ? cols : 0);
-  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * n_groups());
+  const size_t np = static_cast<size_t>(n_params());
   const size_t nz = scheme.is_float() ? 0 : np;
   if (q.size() != static_cast<size_t>(rows * cols) || scales.size() != np || zeros.size() != nz)
     throw invalid_input(where, "quantized tensor sizes do not match its shape and scheme");
@@ -114,6 +118,10 @@ void QuantizedTensor::validate(const std::string& where) const {
       if ((v & 0x7f) == 0x7f) throw invalid_input(where, "FP8 weight code is NaN");
   if (scheme.is_nvfp4() && !(std::isfinite(global_scale) && global_scale > 0))
     throw invalid_input(where, "NVFP4 global scale must be positive and finite");
+  if (scheme.is_nvfp4())
+    for (float s : scales)
+      if (!(s >= 0) || f8e4m3_to_f32(f32_to_f8e4m3(s)) != s)
+        throw invalid_input(where, "NVFP4 block scale " + std::to_string(s) + " is negative or not an e4m3 value");
   for (float s : scales)
     if (!std::isfinite(s)) throw invalid_input(where, "a scale is not finite");
   for (int32_t z : zeros)

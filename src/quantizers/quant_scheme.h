@@ -91,12 +91,15 @@ struct QuantizedTensor {
 
   // 1 for tensor, 1 per row for channel, ceil(cols / group_size) for group and tensor_group
   int64_t n_groups() const;
+  // Entries of scales (and zeros): 1 for tensor, rows * n_groups() otherwise.
+  int64_t n_params() const;
   int64_t group_of(int64_t col) const;
   // Index into scales/zeros for (row, group). Tensor strategy shares entry 0.
   int64_t param_index(int64_t row, int64_t group) const;
   void dequantize_row(int64_t r, float* out) const;
   std::vector<float> dequantize() const;  // [rows * cols]
-  // Checks sizes and ranges; throws InvalidInput naming `where`.
+  // Checks sizes and ranges (NVFP4: block scales exact non-negative e4m3
+  // values, a positive global scale); throws InvalidInput naming `where`.
   void validate(const std::string& where) const;
 };
 

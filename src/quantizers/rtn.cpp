@@ -114,8 +114,7 @@ QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const Q
   t.rows = rows;
   t.cols = cols;
   t.q.resize(static_cast<size_t>(rows * cols));
-  const int64_t ng = t.n_groups();
-  const size_t np = scheme.strategy == QuantStrategy::Tensor ? 1 : static_cast<size_t>(rows * ng);
+  const size_t np = static_cast<size_t>(t.n_params());
   t.scales.resize(np);
   t.zeros.resize(np);
 

@@ -20,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "formats/export/pack.h"
 #include "runtime/cpu/int8_gemm.h"
 #include "runtime/linear.h"
 
@@ -83,15 +84,8 @@ class QuantizedLinear final : public Linear {
       kind_ = Kind::Nvfp4;
       global_ = q.global_scale;
       groups_ = q.n_groups();
-      codes_.assign(static_cast<size_t>((q.rows * q.cols + 1) / 2), 0);
-      for (size_t i = 0; i < q.q.size(); ++i) codes_[i / 2] |= static_cast<uint8_t>((q.q[i] & 15u) << (4 * (i % 2)));
-      block_scales_.resize(q.scales.size());
-      for (size_t i = 0; i < q.scales.size(); ++i) {
-        const uint8_t b = f32_to_f8e4m3(q.scales[i]);
-        if (!(q.scales[i] >= 0) || f8e4m3_to_f32(b) != q.scales[i])
-          throw invalid_input(name, "NVFP4 block scale " + std::to_string(q.scales[i]) + " is not a non-negative e4m3 value");
-        block_scales_[i] = b;
-      }
+      codes_ = pack_nvfp4_rows(q);          // q.validate: exact non-negative e4m3 block scales,
+      block_scales_ = nvfp4_scales_e4m3(q);  // cols a multiple of 16
     } else {
       kind_ = Kind::IntDecode;
       inner_ = make_packed_linear(q, nullptr, name);

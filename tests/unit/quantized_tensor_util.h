@@ -30,7 +30,7 @@ inline QuantizedTensor random_qt(const QuantScheme& s, int64_t rows, int64_t col
     std::shuffle(q.g_idx.begin(), q.g_idx.end(), rng);
   }
   std::uniform_real_distribution<float> ud(1e-3f, 5e-2f);
-  const int64_t np = s.strategy == QuantStrategy::Tensor ? 1 : rows * q.n_groups();
+  const int64_t np = q.n_params();
   for (int64_t i = 0; i < np; ++i) {
     float scale = ud(rng);
     if (s.scale_dtype == DType::F16) scale = f16_to_f32(f32_to_f16(scale));
@@ -56,7 +56,7 @@ inline QuantizedTensor random_float_qt(const QuantScheme& s, int64_t rows, int64
     v = static_cast<uint8_t>(rng() % (s.qmax() + 1));
     if (s.is_fp8() && (v & 0x7f) == 0x7f) v ^= 1;
   }
-  const int64_t np = s.strategy == QuantStrategy::Tensor ? 1 : rows * q.n_groups();
+  const int64_t np = q.n_params();
   std::uniform_real_distribution<float> ud(1e-3f, 5e-2f);
   for (int64_t i = 0; i < np; ++i) {
     if (s.is_nvfp4()) {

@@ -86,7 +86,7 @@ void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& pref
     const int64_t out = q.rows, in = q.cols;
     const std::vector<uint8_t> packed = pack_nvfp4_rows(q);
     w.add(prefix + ".weight_packed", DType::U8, {out, in / 2}, packed.data(), packed.size());
-    const std::vector<uint8_t> sc = nvfp4_scales_e4m3(q, prefix);
+    const std::vector<uint8_t> sc = nvfp4_scales_e4m3(q);
     w.add(prefix + ".weight_scale", DType::F8_E4M3, {out, q.n_groups()}, sc.data(), sc.size());
     add_scalar(w, prefix + ".weight_global_scale", q.global_scale, DType::F32);
   } else {

@@ -54,7 +54,7 @@ void add_modelopt_linear(SafetensorsWriter& w, const std::string& prefix, const 
     throw unsupported(prefix, "NVFP4 weights go with NVFP4 activations or none, not " + act->scheme.describe());
   const std::vector<uint8_t> packed = pack_nvfp4_rows(q);
   w.add(prefix + ".weight", DType::U8, {out, in / 2}, packed.data(), packed.size());
-  const std::vector<uint8_t> sc = nvfp4_scales_e4m3(q, prefix);
+  const std::vector<uint8_t> sc = nvfp4_scales_e4m3(q);
   w.add(prefix + ".weight_scale", DType::F8_E4M3, {out, q.n_groups()}, sc.data(), sc.size());
   add_scalar(w, prefix + ".weight_scale_2", reciprocal(q.global_scale));
   if (act) add_scalar(w, prefix + ".input_scale", reciprocal(act->global_scale));

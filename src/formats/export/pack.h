@@ -53,8 +53,8 @@ std::vector<uint8_t> unpack_int32_cols(const int32_t* words, int64_t rows, int64
 // NVFP4 (compressed-tensors weight_packed, modelopt weight): the e2m1 codes
 // of q, two per byte along each row, element 2j in the low nibble.
 std::vector<uint8_t> pack_nvfp4_rows(const QuantizedTensor& q);
-// NVFP4 block scales as e4m3 bytes; InvalidInput naming `where` for a scale
-// that is not exactly an e4m3 value.
-std::vector<uint8_t> nvfp4_scales_e4m3(const QuantizedTensor& q, const std::string& where);
+// NVFP4 block scales as e4m3 bytes (QuantizedTensor::validate guarantees
+// they are exact non-negative e4m3 values).
+std::vector<uint8_t> nvfp4_scales_e4m3(const QuantizedTensor& q);
 
 }  // namespace qf
