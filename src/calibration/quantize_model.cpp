@@ -50,10 +50,7 @@ const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_co
 void add_current(SafetensorsWriter& w, const Checkpoint& ck, const std::string& name, const std::vector<float>& v,
                  std::set<std::string>& written) {
   const TensorInfo& info = ck.info(name);
-  Tensor t = Tensor::zeros(DType::F32, info.shape);
-  if (static_cast<size_t>(t.numel()) != v.size()) throw Error(ErrorKind::Internal, name + ": size changed in the pipeline");
-  std::copy(v.begin(), v.end(), t.mutable_data_as<float>());
-  w.add(name, t.to(info.dtype));
+  w.add(name, Tensor::from_f32(v, info.shape).to(info.dtype));
   written.insert(name);
 }
 
@@ -203,22 +200,16 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
 
   // Norms, biases and full-precision Linears of the decoder layers, as the
   // pipeline left them.
-  const char* names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const std::string p = "model.layers." + std::to_string(li) + ".";
     const rt::LayerWeights& L = model->weights().layers[static_cast<size_t>(li)];
     add_current(writer, ck, p + "input_layernorm.weight", L.attn_norm, written);
     add_current(writer, ck, p + "post_attention_layernorm.weight", L.ffn_norm, written);
-    const std::shared_ptr<rt::Linear>* lins[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-    for (int i = 0; i < 7; ++i) {
-      const rt::Linear& lin = **lins[i];
-      const std::string base = p + names[i];
+    for (const rt::LayerLinear& e : rt::kLayerLinears) {
+      const rt::Linear& lin = *(L.*e.member);
+      const std::string base = p + e.name;
       if (ck.contains(base + ".bias")) add_current(writer, ck, base + ".bias", lin.bias_values(), written);
-      if (written.count(base + ".weight")) continue;
-      std::vector<float> w(static_cast<size_t>(lin.out_features() * lin.in_features()));
-      for (int64_t r = 0; r < lin.out_features(); ++r) lin.decode_row(r, w.data() + r * lin.in_features());
-      add_current(writer, ck, base + ".weight", w, written);
+      if (!written.count(base + ".weight")) add_current(writer, ck, base + ".weight", lin.decode_all(), written);
     }
   }
   // FP8 KV-cache scales: amax / 448 of the calibrated K (after RoPE) and V.

@@ -11,9 +11,6 @@
 namespace qf {
 namespace {
 
-const char* kNames[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-
 // Checks one Linear's scheme against its shape and the export format.
 void check_linear(const ModifierSpec::Group& g, const std::string& name, int64_t rows, int64_t cols,
                   const std::string& format, bool gptq) {
@@ -68,11 +65,7 @@ class TrialLinear final : public rt::Linear {
  public:
   TrialLinear(QuantizedTensor q, std::optional<ActivationScheme> act, const std::vector<float>& bias, const std::string& name)
       : Linear(q.cols, q.rows), act_(std::move(act)), name_(name) {
-    std::optional<Tensor> bt;
-    if (!bias.empty()) {
-      bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
-      std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
-    }
+    const std::optional<Tensor> bt = rt::bias_tensor(bias);
     inner_ = rt::make_quantized_linear(q, nullptr, bt ? &*bt : nullptr, name);
   }
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
@@ -112,14 +105,9 @@ std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const st
                                               int64_t rows, int64_t cols, const std::vector<float>& bias) {
   auto it = plan.linears.find(name);
   if (it == plan.linears.end()) {
-    Tensor t = Tensor::zeros(DType::F32, {rows, cols});
-    std::copy(w, w + rows * cols, t.mutable_data_as<float>());
-    std::optional<Tensor> bt;
-    if (!bias.empty()) {
-      bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
-      std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
-    }
-    return rt::make_dense_linear(t, bt ? &*bt : nullptr, name);
+    const std::optional<Tensor> bt = rt::bias_tensor(bias);
+    return rt::make_dense_linear(Tensor::from_f32(std::vector<float>(w, w + rows * cols), {rows, cols}),
+                                 bt ? &*bt : nullptr, name);
   }
   const ModifierSpec::Group& g = it->second.group;
   return std::make_shared<TrialLinear>(round_to_nearest(w, rows, cols, g), g.input_activations, bias, name);
@@ -157,10 +145,9 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   std::set<std::string> group_names;
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(li)];
-    const std::shared_ptr<rt::Linear>* lins[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down};
-    for (int i = 0; i < 7; ++i) {
-      const std::string name = "model.layers." + std::to_string(li) + "." + kNames[i];
-      const int64_t rows = (*lins[i])->out_features(), cols = (*lins[i])->in_features();
+    for (const rt::LayerLinear& e : rt::kLayerLinears) {
+      const std::string name = "model.layers." + std::to_string(li) + "." + e.name;
+      const int64_t rows = (L.*e.member)->out_features(), cols = (L.*e.member)->in_features();
       std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
       if (g && g->quantize_weights) {
         if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "calibration/activation_store.h"
 #include "core/error.h"
@@ -10,31 +12,43 @@
 namespace qf {
 namespace {
 
-// Accumulates the Hessians (when asked) and the input ranges of one layer's Linear inputs.
-class HessianObserver final : public rt::LinearObserver {
+// Accumulates, as asked, the Hessians and the value ranges of one layer's
+// Linear inputs. K and V share Q's input and Up shares Gate's, so each
+// distinct input is observed once.
+class CaptureObserver final : public rt::LinearObserver {
  public:
-  HessianObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians)
-      : attn(hessians ? hidden : 1), o(hessians ? q_dim : 1), mlp(hessians ? hidden : 1), down(hessians ? ffn : 1),
-        pool_(pool), hessians_(hessians) {}
-  void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
-    auto& r = range[slot];
-    for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
-    if (!hessians_) return;
-    switch (slot) {
-      case Q: attn.add(x, n, in, pool_); break;
-      case O: o.add(x, n, in, pool_); break;
-      case Gate: mlp.add(x, n, in, pool_); break;
-      case Down: down.add(x, n, in, pool_); break;
-      default: break;  // K, V share Q's input; Up shares Gate's
-    }
+  CaptureObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians, bool ranges)
+      : pool_(pool), ranges_(ranges) {
+    if (hessians) attn.emplace(hidden), o.emplace(q_dim), mlp.emplace(hidden), down.emplace(ffn);
   }
-  HessianAccumulator attn, o, mlp, down;
-  std::pair<float, float> range[8] = {{0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f},
-                                      {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}};
+  void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
+    std::optional<HessianAccumulator>* h = nullptr;
+    switch (slot) {
+      case Q: h = &attn; break;
+      case O: h = &o; break;
+      case Gate: h = &mlp; break;
+      case Down: h = &down; break;
+      default: return;
+    }
+    if (ranges_) {
+      auto& r = range_[slot];
+      for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
+    }
+    if (*h) (*h)->add(x, n, in, pool_);
+  }
+  // The input range of a Linear's slot (0, 0 when ranges are not observed).
+  std::pair<float, float> range(Slot s) const { return range_[s == K || s == V ? Q : s == Up ? Gate : s]; }
+  // The Hessian of a Linear's input, or nullptr without Hessians.
+  const HessianAccumulator* hessian(Slot s) const {
+    const std::optional<HessianAccumulator>& h = s == O ? o : s == Gate || s == Up ? mlp : s == Down ? down : attn;
+    return h ? &*h : nullptr;
+  }
 
  private:
+  std::optional<HessianAccumulator> attn, o, mlp, down;
+  std::pair<float, float> range_[8] = {};
   ThreadPool& pool_;
-  bool hessians_;
+  bool ranges_;
 };
 
 // Largest |K| and |V| of one layer.
@@ -90,44 +104,30 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     const auto t0 = std::chrono::steady_clock::now();
     if (opts.transform) opts.transform(li, samples, [&](size_t s) { return hidden.load(s); });
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
-    std::unique_ptr<HessianObserver> obs_ptr;
+    std::unique_ptr<CaptureObserver> obs;
     if (opts.hessian_weighted_error || opts.observe_ranges) {
-      obs_ptr = std::make_unique<HessianObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
-                                                  opts.hessian_weighted_error);
-      run_layer(model, li, samples, hidden, pool, obs_ptr.get(), false);
+      obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
+                                              opts.hessian_weighted_error, opts.observe_ranges);
+      run_layer(model, li, samples, hidden, pool, obs.get(), false);
     }
-    HessianObserver* obsp = opts.hessian_weighted_error ? obs_ptr.get() : nullptr;
     rt::LayerWeights& L = model.mutable_layer(li);
-    struct Slot {
-      const char* name;
-      std::shared_ptr<rt::Linear>* lin;
-      const HessianAccumulator* h;
-      rt::LinearObserver::Slot slot;
-    };
-    using S = rt::LinearObserver;
-    const Slot slots[] = {{"self_attn.q_proj", &L.q, obsp ? &obsp->attn : nullptr, S::Q},
-                          {"self_attn.k_proj", &L.k, obsp ? &obsp->attn : nullptr, S::K},
-                          {"self_attn.v_proj", &L.v, obsp ? &obsp->attn : nullptr, S::V},
-                          {"self_attn.o_proj", &L.o, obsp ? &obsp->o : nullptr, S::O},
-                          {"mlp.gate_proj", &L.gate, obsp ? &obsp->mlp : nullptr, S::Gate},
-                          {"mlp.up_proj", &L.up, obsp ? &obsp->mlp : nullptr, S::Up},
-                          {"mlp.down_proj", &L.down, obsp ? &obsp->down : nullptr, S::Down}};
     std::vector<QuantizedLinear> done;
-    for (const Slot& sl : slots) {
-      rt::Linear& lin = **sl.lin;
-      std::vector<float> w(static_cast<size_t>(lin.out_features() * lin.in_features()));
-      for (int64_t r = 0; r < lin.out_features(); ++r) lin.decode_row(r, w.data() + r * lin.in_features());
+    for (const rt::LayerLinear& sl : rt::kLayerLinears) {
+      std::shared_ptr<rt::Linear>& slot = L.*sl.member;
+      const rt::Linear& lin = *slot;
+      const std::vector<float> w = lin.decode_all();
+      const HessianAccumulator* h = obs ? obs->hessian(sl.slot) : nullptr;
       LinearToQuantize in{"model.layers." + std::to_string(li) + "." + sl.name, li, &w, lin.out_features(),
-                          lin.in_features(), sl.h};
-      if (obs_ptr && opts.observe_ranges) in.act_min = obs_ptr->range[sl.slot].first, in.act_max = obs_ptr->range[sl.slot].second;
+                          lin.in_features(), h};
+      if (obs) std::tie(in.act_min, in.act_max) = obs->range(sl.slot);
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinear> q = quantize(in);
       if (!q) continue;
       q->seconds = seconds_since(tq);
       // Output-error estimate weighted by the input energy of each column.
       static const std::vector<double> kNoHessian;
-      const bool weighted = sl.h != nullptr;
-      const std::vector<double>& H = weighted ? sl.h->matrix() : kNoHessian;
+      const bool weighted = h != nullptr;
+      const std::vector<double>& H = weighted ? h->matrix() : kNoHessian;
       const std::vector<float> wq = q->q.dequantize();
       double num = 0, den = 0;
       for (int64_t r = 0; r < in.rows; ++r)
@@ -138,13 +138,8 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
           den += static_cast<double>(w[i]) * w[i] * d;
         }
       q->error = den > 0 ? num / den : 0;
-      const std::vector<float> bias = lin.bias_values();
-      std::optional<Tensor> bt;
-      if (!bias.empty()) {
-        bt = Tensor::zeros(DType::F32, {static_cast<int64_t>(bias.size())});
-        std::copy(bias.begin(), bias.end(), bt->mutable_data_as<float>());
-      }
-      *sl.lin = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
+      const std::optional<Tensor> bt = rt::bias_tensor(lin.bias_values());
+      slot = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
       done.push_back(std::move(*q));
     }
     KvObserver kv;

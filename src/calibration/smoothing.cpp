@@ -14,20 +14,10 @@ namespace {
 
 std::string layer_prefix(int64_t li) { return "model.layers." + std::to_string(li) + "."; }
 
-std::vector<float> weights_of(const rt::Linear& l) {
-  std::vector<float> w(static_cast<size_t>(l.out_features() * l.in_features()));
-  for (int64_t r = 0; r < l.out_features(); ++r) l.decode_row(r, w.data() + r * l.in_features());
-  return w;
-}
-
 std::shared_ptr<rt::Linear> dense_f32(const std::vector<float>& w, int64_t rows, int64_t cols,
                                       const std::vector<float>& bias, const std::string& name) {
-  Tensor t = Tensor::zeros(DType::F32, {rows, cols});
-  std::copy(w.begin(), w.end(), t.mutable_data_as<float>());
-  if (bias.empty()) return rt::make_dense_linear(t, nullptr, name);
-  Tensor b = Tensor::zeros(DType::F32, {rows});
-  std::copy(bias.begin(), bias.end(), b.mutable_data_as<float>());
-  return rt::make_dense_linear(t, &b, name);
+  const std::optional<Tensor> b = rt::bias_tensor(bias);
+  return rt::make_dense_linear(Tensor::from_f32(w, {rows, cols}), b ? &*b : nullptr, name);
 }
 
 // A balance Linear of a mapping: its slot in the layer and its module name.
@@ -236,7 +226,7 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
   const int64_t width = mapping_width(model, m);
   std::vector<Balance> bal;
   for (const Slot& s : balance_slots(L, li, m)) {
-    Balance b{s, weights_of(**s.lin), (*s.lin)->bias_values(), (*s.lin)->out_features(), (*s.lin)->in_features(), false};
+    Balance b{s, (*s.lin)->decode_all(), (*s.lin)->bias_values(), (*s.lin)->out_features(), (*s.lin)->in_features(), false};
     bal.push_back(std::move(b));
   }
   std::vector<std::shared_ptr<rt::Linear>> saved;
@@ -330,7 +320,7 @@ bool clip_linear(std::shared_ptr<rt::Linear>& lin, const std::string& name, cons
   const int64_t T = static_cast<int64_t>(xs.size()) / cols;
   if (T == 0) return false;
   const int64_t g = group_cols(o.group_size, cols, name), ng = cols / g;
-  const std::vector<float> w = weights_of(*lin);
+  const std::vector<float> w = lin->decode_all();
   std::vector<float> amax(static_cast<size_t>(rows * ng), 0.0f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t k = 0; k < ng; ++k) {
@@ -429,14 +419,14 @@ void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const s
   rt::LayerWeights& L = model.mutable_layer(li);
   const std::string p = layer_prefix(li);
   auto scale_cols = [&](std::shared_ptr<rt::Linear>& lin, const std::string& name) {
-    std::vector<float> w = weights_of(*lin);
+    std::vector<float> w = lin->decode_all();
     const int64_t rows = lin->out_features(), cols = lin->in_features();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) w[static_cast<size_t>(r * cols + j)] *= s[static_cast<size_t>(j)];
     lin = dense_f32(w, rows, cols, lin->bias_values(), name);
   };
   auto scale_rows = [&](std::shared_ptr<rt::Linear>& lin, const std::string& name) {
-    std::vector<float> w = weights_of(*lin), b = lin->bias_values();
+    std::vector<float> w = lin->decode_all(), b = lin->bias_values();
     const int64_t rows = lin->out_features(), cols = lin->in_features();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) w[static_cast<size_t>(r * cols + j)] /= s[static_cast<size_t>(r)];
@@ -565,7 +555,7 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
     const int64_t cols = (*lins.begin())->in_features();
     std::vector<double> m(static_cast<size_t>(cols), 0.0);
     for (const rt::Linear* l : lins) {
-      const std::vector<float> w = weights_of(*l);
+      const std::vector<float> w = l->decode_all();
       for (int64_t r = 0; r < l->out_features(); ++r)
         for (int64_t j = 0; j < cols; ++j)
           m[static_cast<size_t>(j)] = std::max(m[static_cast<size_t>(j)], std::fabs(static_cast<double>(w[static_cast<size_t>(r * cols + j)])));
@@ -593,14 +583,11 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
     auto trial_loss = [&]() {
       rt::LayerWeights& L = model.mutable_layer(li);
       const rt::LayerWeights smoothed = L;
-      const std::pair<std::shared_ptr<rt::Linear>*, const char*> lins[] = {
-          {&L.q, "self_attn.q_proj"}, {&L.k, "self_attn.k_proj"}, {&L.v, "self_attn.v_proj"}, {&L.o, "self_attn.o_proj"},
-          {&L.gate, "mlp.gate_proj"}, {&L.up, "mlp.up_proj"},     {&L.down, "mlp.down_proj"}};
-      for (const auto& [lin, name] : lins) {
-        const rt::Linear& l = **lin;
-        const std::vector<float> w = weights_of(l);
-        std::shared_ptr<rt::Linear> t = trial(p + name, w.data(), l.out_features(), l.in_features(), l.bias_values());
-        if (t) *lin = std::move(t);
+      for (const rt::LayerLinear& e : rt::kLayerLinears) {
+        std::shared_ptr<rt::Linear>& lin = L.*e.member;
+        const std::vector<float> w = lin->decode_all();
+        std::shared_ptr<rt::Linear> t = trial(p + e.name, w.data(), lin->out_features(), lin->in_features(), lin->bias_values());
+        if (t) lin = std::move(t);
       }
       const double loss = mse(run_layer(model, li, cs, pool), reference);
       L = smoothed;

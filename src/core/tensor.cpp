@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -36,6 +37,14 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
   t.data_ = buf.get();
   t.owner_ = std::shared_ptr<const void>(buf, buf.get());
   t.writable_ = true;
+  return t;
+}
+
+Tensor Tensor::from_f32(const std::vector<float>& values, Shape shape) {
+  Tensor t = zeros(DType::F32, std::move(shape));
+  if (static_cast<size_t>(t.numel()) != values.size())
+    throw invalid_input("tensor", std::to_string(values.size()) + " values for shape " + shape_str(t.shape()));
+  std::copy(values.begin(), values.end(), t.mutable_data_as<float>());
   return t;
 }
 

@@ -22,6 +22,9 @@ class Tensor {
   Tensor() = default;
   // A zero-filled owned tensor.
   static Tensor zeros(DType dtype, Shape shape);
+  // An owned F32 tensor holding a copy of `values` (InvalidInput when their
+  // count is not the shape's).
+  static Tensor from_f32(const std::vector<float>& values, Shape shape);
   // A view on memory owned by `owner` (for example a MappedFile); no copy.
   static Tensor view_of(std::shared_ptr<const void> owner, const void* data, DType dtype, Shape shape);
 

@@ -39,9 +39,6 @@ void ActivationScheme::validate(const std::string& where) const {
   if (strategy == QuantStrategy::Token && !symmetric) throw unsupported(where, "asymmetric per-token activations");
 }
 
-}  // namespace qf
-
-namespace qf {
 namespace {
 
 // compressed-tensors' conventions (quantization/utils/helpers.py

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ class Linear {
 
   // Row r of W decoded to f32 (in_features values): embedding lookups use it.
   virtual void decode_row(int64_t r, float* out) const = 0;
+  // All of W decoded to f32, [out_features * in_features] row-major.
+  std::vector<float> decode_all() const;
 
   // Bytes of weight data one full forward reads (for the bandwidth bound).
   virtual uint64_t weight_bytes() const = 0;
@@ -57,6 +60,10 @@ constexpr int64_t kRowTile = 16;
 using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile);
+
+// A bias as the Linear factories take it: an F32 tensor, or nullopt when
+// `bias` is empty (pass `b ? &*b : nullptr`).
+std::optional<Tensor> bias_tensor(const std::vector<float>& bias);
 
 // A dense weight [out, in] in F32, F16 or BF16 (usually a zero-copy view of a
 // mapped safetensors file) with an optional bias [out] of any float type.

@@ -8,6 +8,17 @@
 
 namespace qf::rt {
 
+std::optional<Tensor> bias_tensor(const std::vector<float>& bias) {
+  if (bias.empty()) return std::nullopt;
+  return Tensor::from_f32(bias, {static_cast<int64_t>(bias.size())});
+}
+
+std::vector<float> Linear::decode_all() const {
+  std::vector<float> w(static_cast<size_t>(out_ * in_));
+  for (int64_t r = 0; r < out_; ++r) decode_row(r, w.data() + r * in_);
+  return w;
+}
+
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile) {
   const int64_t tiles = (out + kRowTile - 1) / kRowTile;

@@ -54,6 +54,20 @@ class LinearObserver {
   virtual void observe_kv(int64_t /*layer*/, const float* /*k*/, const float* /*v*/, int64_t /*n*/, int64_t /*kv_dim*/) {}
 };
 
+// The seven Linears of a decoder layer in forward order: their Hugging Face
+// module names under "model.layers.N.", their LayerWeights members and the
+// observer slots their inputs are reported under.
+struct LayerLinear {
+  const char* name;
+  std::shared_ptr<Linear> LayerWeights::*member;
+  LinearObserver::Slot slot;
+};
+inline constexpr LayerLinear kLayerLinears[] = {
+    {"self_attn.q_proj", &LayerWeights::q, LinearObserver::Q},     {"self_attn.k_proj", &LayerWeights::k, LinearObserver::K},
+    {"self_attn.v_proj", &LayerWeights::v, LinearObserver::V},     {"self_attn.o_proj", &LayerWeights::o, LinearObserver::O},
+    {"mlp.gate_proj", &LayerWeights::gate, LinearObserver::Gate}, {"mlp.up_proj", &LayerWeights::up, LinearObserver::Up},
+    {"mlp.down_proj", &LayerWeights::down, LinearObserver::Down}};
+
 // Tokens to run in one forward pass. Tokens of one sequence must come in
 // increasing position order; each attends to its sequence's cached positions
 // up to and including its own.
