@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/error.h"
 #include "runtime/cpu/kernels.h"
@@ -92,11 +93,24 @@ std::vector<Span> make_spans(const Tokenizer& tok, const std::string& text, cons
                                      " (use a longer text or a smaller --ctx)");
   }
   if (spans.empty()) throw invalid_input(where, "the text has no line with at least 2 tokens");
+  // A chunk scores its second half only; with ctx 2 that is nothing.
+  std::erase_if(spans, [](const Span& s) { return s.scored() <= 0; });
+  if (spans.empty())
+    throw invalid_input(where, "--ctx " + std::to_string(ctx) + " leaves no token to score in " + ppl_mode_name(o.mode) +
+                                   " mode (chunks score the second half of each chunk; use --ctx 4 or more)");
   if (o.max_spans > 0 && static_cast<int64_t>(spans.size()) > o.max_spans) spans.resize(static_cast<size_t>(o.max_spans));
   return spans;
 }
 
 namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool all_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
 
 double run_span(const rt::Model& m, const Span& s, const PplOptions& o, ThreadPool& pool, std::vector<float>& logits) {
   rt::KvCache cache = m.make_cache(o.kv_dtype, static_cast<int64_t>(s.tokens.size()));
@@ -123,7 +137,7 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   r.spans = static_cast<int64_t>(spans.size());
   r.has_baseline = baseline != nullptr;
   std::vector<double> nll, base_nll, kld;
-  std::vector<uint8_t> top1;
+  std::vector<uint8_t> top1, bad, base_bad;
   std::vector<float> logits, base_logits;
   for (size_t si = 0; si < spans.size(); ++si) {
     const Span& s = spans[si];
@@ -135,7 +149,9 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
     const int64_t m = s.scored();
     const size_t base = nll.size();
     nll.resize(base + static_cast<size_t>(m));
+    bad.resize(base + static_cast<size_t>(m));
     if (baseline) {
+      base_bad.resize(base + static_cast<size_t>(m));
       base_nll.resize(base + static_cast<size_t>(m));
       kld.resize(base + static_cast<size_t>(m));
       top1.resize(base + static_cast<size_t>(m));
@@ -145,14 +161,20 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
         const size_t at = base + static_cast<size_t>(k);
         const int32_t target = s.tokens[static_cast<size_t>(s.first_scored + k + 1)];
         const float* lm = logits.data() + k * V;
+        // The SIMD reductions may drop a NaN (max of NaN and x is x), so
+        // finiteness is checked on the logits themselves.
+        bad[at] = !all_finite(lm, V);
         const double lse = rt::logsumexp(lm, V);
-        nll[at] = lse - lm[target];
+        nll[at] = bad[at] ? kNaN : lse - lm[target];
         if (!baseline) continue;
         const float* lb = base_logits.data() + k * V;
+        base_bad[at] = !all_finite(lb, V);
         const double blse = rt::logsumexp(lb, V);
-        base_nll[at] = blse - lb[target];
-        kld[at] = std::max(0.0, rt::kl_divergence(lb, blse, lm, lse, V));
-        top1[at] = rt::argmax(lm, V) == rt::argmax(lb, V);
+        base_nll[at] = base_bad[at] ? kNaN : blse - lb[target];
+        // Rounding can make a tiny KL negative: clamp that to 0, but keep NaN.
+        const double kl = bad[at] || base_bad[at] ? kNaN : rt::kl_divergence(lb, blse, lm, lse, V);
+        kld[at] = kl < 0.0 ? 0.0 : kl;
+        top1[at] = !bad[at] && !base_bad[at] && rt::argmax(lm, V) == rt::argmax(lb, V);
       }
     });
     if (progress) progress(static_cast<int64_t>(si + 1), static_cast<int64_t>(spans.size()));
@@ -163,6 +185,9 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   r.tokens_scored = static_cast<int64_t>(nll.size());
+  if (r.tokens_scored == 0) throw invalid_input("eval", "no token was scored; the perplexity would be meaningless");
+  for (uint8_t b : bad) r.nonfinite_tokens += b;
+  for (uint8_t b : base_bad) r.base_nonfinite_tokens += b;
   r.nll_mean = mean(nll);
   r.ppl = std::exp(r.nll_mean);
   if (nll.size() > 1) {
@@ -178,6 +203,10 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
     r.ppl_ratio = r.ppl / r.base_ppl;
     r.kld_mean = mean(kld);
     std::vector<double> sorted = kld;
+    if (std::any_of(sorted.begin(), sorted.end(), [](double x) { return std::isnan(x); })) {
+      r.kld_max = r.kld_p99 = kNaN;  // and kld_mean is NaN already
+      sorted.clear();
+    }
     std::sort(sorted.begin(), sorted.end());
     if (!sorted.empty()) {
       r.kld_max = sorted.back();
@@ -191,10 +220,39 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   return r;
 }
 
+std::vector<std::string> measurement_problems(const EvalResult& r) {
+  std::vector<std::string> p;
+  auto count = [&](int64_t n, const char* who) {
+    p.push_back(std::to_string(n) + " of " + std::to_string(r.tokens_scored) + " scored tokens have NaN or infinite logits in the " + who);
+  };
+  if (r.tokens_scored <= 0) p.push_back("no token was scored");
+  if (r.nonfinite_tokens > 0) count(r.nonfinite_tokens, "evaluated model");
+  if (r.base_nonfinite_tokens > 0) count(r.base_nonfinite_tokens, "baseline");
+  auto finite = [&](double v, const char* what) {
+    if (!std::isfinite(v)) p.push_back(std::string(what) + " is " + (std::isnan(v) ? "nan" : "infinite"));
+  };
+  finite(r.nll_mean, "the mean NLL");
+  finite(r.ppl, "the perplexity");
+  if (r.has_baseline) {
+    finite(r.base_ppl, "the baseline perplexity");
+    finite(r.ppl_ratio, "the perplexity ratio");
+    finite(r.kld_mean, "the mean KL divergence");
+  }
+  return p;
+}
+
 std::vector<std::string> check_gate(const Gate& g, const EvalResult& r) {
   if (g.any() && !r.has_baseline)
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
   std::vector<std::string> fails;
+  if (!g.any()) return fails;
+  const std::vector<std::string> problems = measurement_problems(r);
+  if (!problems.empty()) {
+    std::string msg = "the measurement is not valid, so no bound can pass: ";
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    fails.push_back(msg);
+    return fails;
+  }
   char buf[256];
   if (g.max_ppl_delta && r.ppl_delta > *g.max_ppl_delta) {
     std::snprintf(buf, sizeof buf, "perplexity delta %.4f exceeds --max-ppl-delta %.4f by %.4f", r.ppl_delta,

@@ -51,8 +51,10 @@ struct Span {
 
 int64_t default_ctx(PplMode m);
 
-// Cuts the text into spans. Throws InvalidInput when the text yields no span
-// (shorter than one chunk or window) and when ctx exceeds max_context (> 0).
+// Cuts the text into spans. Spans that would score no token (a chunk of 2 or
+// 3 tokens scores only its second half) are left out. Throws InvalidInput
+// when no span scores a token (a text shorter than one chunk or window, a ctx
+// too small for the mode) and when ctx exceeds max_context (> 0).
 std::vector<Span> make_spans(const Tokenizer& tok, const std::string& text, const PplOptions& o,
                              int64_t max_context, const std::string& where);
 
@@ -66,11 +68,20 @@ struct EvalResult {
   double base_nll_mean = 0, base_ppl = 0, ppl_delta = 0, ppl_ratio = 0;
   double kld_mean = 0, kld_p99 = 0, kld_max = 0, top1_agreement = 0;
   double base_seconds = 0;
+  // Scored positions whose logits hold a NaN or an infinity (model, baseline).
+  int64_t nonfinite_tokens = 0, base_nonfinite_tokens = 0;
 };
+
+// Why the numbers of `r` mean nothing, one sentence each: non-finite logits,
+// a non-finite perplexity, KL divergence or ratio, no token scored. Empty when
+// the measurement is valid. A gate never passes an invalid measurement.
+std::vector<std::string> measurement_problems(const EvalResult& r);
 
 // Scores the spans with `model` and, when given, `baseline` on the same
 // tokens: KL(baseline || model) per scored token, its mean, 99th percentile
-// and maximum, and how often both models' top-1 tokens agree.
+// and maximum, and how often both models' top-1 tokens agree. Non-finite
+// logits are counted, and NaN propagates into the results (never clamped to
+// a harmless-looking number); InvalidInput when no token is scored.
 EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std::vector<Span>& spans,
                     const PplOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress = {});
 
@@ -79,7 +90,8 @@ struct Gate {
   std::optional<double> max_ppl_delta, max_ppl_ratio, max_kld;
   bool any() const { return max_ppl_delta || max_ppl_ratio || max_kld; }
 };
-// Messages of the failed bounds (empty when the gate passes). Bounds on the
+// Messages of the failed bounds (empty when the gate passes). An invalid
+// measurement (measurement_problems) fails every gate. Bounds on the
 // baseline comparison need a baseline (Usage error otherwise).
 std::vector<std::string> check_gate(const Gate& g, const EvalResult& r);
 
