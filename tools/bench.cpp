@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "eval/bench.h"
@@ -22,6 +23,7 @@ double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 void run_bench(const BenchOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
+  if (!o.json_out.empty()) check_output_file(o.json_out, {model_input(o.model)}, true, true, "--json");
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   eval::BenchOptions b;
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
@@ -60,7 +62,7 @@ void run_bench(const BenchOpts& o) {
                                 {"weight_bytes_per_step", r.weight_bytes_per_step},
                                 {"copy_bandwidth_bytes_per_s", r.copy_bandwidth_bytes_per_s},
                                 {"decode_bound_tokens_per_s", r.decode_bound_tokens_per_s}};
-    write_file_atomic(o.json_out, j.dump(2) + "\n");
+    write_output_file(o.json_out, j.dump(2) + "\n");
   }
 }
 
@@ -70,13 +72,13 @@ void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOpts>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode throughput, KV-cache memory and the bandwidth bound");
   cmd->add_option("model", o->model, "model folder or Hugging Face cache id")->required();
-  cmd->add_option("-p", o->p, "prompt tokens per sequence (default 512)");
-  cmd->add_option("-n", o->n, "generated tokens per sequence (default 128)");
-  cmd->add_option("--batch", o->batch, "sequences decoded together (default 1)");
+  cmd->add_option("-p", o->p, "prompt tokens per sequence (default 512)")->check(int_range(1, 1 << 24));
+  cmd->add_option("-n", o->n, "generated tokens per sequence (default 128; 0: prefill only)")->check(int_range(0, 1 << 24));
+  cmd->add_option("--batch", o->batch, "sequences decoded together (default 1)")->check(int_range(1, 4096));
   cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
-  cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)");
-  cmd->add_option("--json", o->json_out, "write the results as JSON to this file");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)")->check(int_range(1, 1000));
+  cmd->add_option("--json", o->json_out, "write the results as JSON to this file (a pipe or /dev/stdout is written through)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_bench(*o); });
 }
 

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "flags.h"
+#include "core/io.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/gguf/hf_to_gguf.h"
@@ -15,6 +17,7 @@ namespace {
 struct ConvertOpts {
   std::string input, to, tokenizer, out, type = "F16", imatrix;
   int threads = 0;
+  bool force = false, allow_nonfinite = false;
 };
 
 void run_gguf(const ConvertOpts& o) {
@@ -22,9 +25,11 @@ void run_gguf(const ConvertOpts& o) {
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.tokenizer.empty()) throw Error(ErrorKind::Usage, "--tokenizer applies to llama2.c checkpoints; a Hugging Face folder brings its own");
   const ResolvedModel m = resolve_model(o.input);
+  check_output_file(o.out, {m.dir, o.imatrix}, o.force, false, "-o");
   GgufConvertOptions g;
   g.preset = o.type;
   g.imatrix = o.imatrix;
+  g.allow_nonfinite = o.allow_nonfinite;
   const bool quiet = Progress::quiet();
   g.note = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
@@ -42,6 +47,7 @@ void run_convert(const ConvertOpts& o) {
   namespace fs = std::filesystem;
   if (o.to == "gguf") return run_gguf(o);
   if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
+  if (o.allow_nonfinite) throw Error(ErrorKind::Usage, "--allow-nonfinite applies to --to gguf");
   if (o.to != "hf")
     throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder) or 'gguf', got '" + o.to + "'");
   if (fs::is_directory(o.input))
@@ -61,9 +67,11 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
   cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
   cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (tok512.bin, tokenizer.bin)");
-  cmd->add_option("-o,--output", o->out, "output: a .gguf file, or a folder for --to hf (must not exist, or be empty)")->required();
+  cmd->add_option("-o,--output", o->out, "output: a .gguf file (--force to replace one), or a folder for --to hf (must not exist, or be empty)")->required();
+  cmd->add_flag("--force", o->force, "gguf: replace an existing output file (never an input of this run)");
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "gguf: convert even when a weight is NaN or infinite");
   cmd->callback([o] { run_convert(*o); });
 }
 

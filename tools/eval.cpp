@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
@@ -66,8 +67,13 @@ nlohmann::ordered_json report(const EvalOpts& o, const eval::EvalResult& r, cons
                               {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
                               {"kv_dtype", o.kv},
                               {"simd", rt::simd_level_name(rt::simd_level())}};
+  const std::vector<std::string> problems = eval::measurement_problems(r);
+  j["valid"] = problems.empty();
+  j["problems"] = problems;
+  j["nonfinite_tokens"] = r.nonfinite_tokens;
   if (r.has_baseline) {
-    j["baseline"] = {{"model", o.baseline}, {"nll", r.base_nll_mean}, {"ppl", r.base_ppl}, {"seconds", r.base_seconds}};
+    j["baseline"] = {{"model", o.baseline},     {"nll", r.base_nll_mean}, {"ppl", r.base_ppl},
+                     {"seconds", r.base_seconds}, {"nonfinite_tokens", r.base_nonfinite_tokens}};
     j["ppl_delta"] = r.ppl_delta;
     j["ppl_ratio"] = r.ppl_ratio;
     j["kld"] = {{"mean", r.kld_mean}, {"p99", r.kld_p99}, {"max", r.kld_max}};
@@ -98,6 +104,8 @@ void run_eval(const EvalOpts& o) {
   p.keep_tail = o.keep_tail;
   p.max_spans = o.max_chunks;
   p.kv_dtype = rt::parse_kv_dtype(o.kv);
+  if (!o.json_out.empty())
+    check_output_file(o.json_out, {model_input(o.model), model_input(o.baseline), o.text}, true, true, "--json");
   const std::string text = read_text_file(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
@@ -118,7 +126,14 @@ void run_eval(const EvalOpts& o) {
   const std::vector<std::string> fails = eval::check_gate(gate, r);
   const std::string t = table(o, r);
   std::fwrite(t.data(), 1, t.size(), stdout);
-  if (!o.json_out.empty()) write_file_atomic(o.json_out, report(o, r, fails).dump(2) + "\n");
+  const std::vector<std::string> problems = eval::measurement_problems(r);
+  if (!problems.empty()) {
+    std::string msg;
+    for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
+    std::printf("INVALID    %s\n", msg.c_str());
+    if (!gate.any()) std::fprintf(stderr, "quantforge: warning: the measurement is not valid: %s\n", msg.c_str());
+  }
+  if (!o.json_out.empty()) write_output_file(o.json_out, report(o, r, fails).dump(2) + "\n");
   if (!fails.empty()) {
     std::string msg;
     for (const auto& f : fails) msg += (msg.empty() ? "" : "; ") + f;
@@ -135,17 +150,22 @@ void register_eval(CLI::App& app) {
   cmd->add_option("model", o->model, "model folder or Hugging Face cache id")->required();
   cmd->add_option("--text", o->text, "UTF-8 text file to score")->required();
   cmd->add_option("--ppl-mode", o->mode, "chunks (llama.cpp, default), windows (GPTQ/AWQ papers) or lines");
-  cmd->add_option("--ctx", o->ctx, "context per chunk/window (default: 512 for chunks and lines, 2048 for windows)");
-  cmd->add_option("--max-chunks", o->max_chunks, "score only the first N chunks/windows/lines (0: all)");
+  cmd->add_option("--ctx", o->ctx, "context per chunk/window (default: 512 for chunks and lines, 2048 for windows)")
+      ->check(int_at_least(2));
+  cmd->add_option("--max-chunks", o->max_chunks, "score only the first N chunks/windows/lines (default: all)")
+      ->check(int_at_least(1));
   cmd->add_flag("--bos-per-line", o->bos_per_line, "windows: tokenize each non-empty line with BOS and join the tokens");
   cmd->add_flag("--keep-tail", o->keep_tail, "windows: also score the last, shorter window");
   cmd->add_option("--baseline", o->baseline, "a reference model (same vocabulary) run on the same tokens");
-  cmd->add_option("--max-ppl-delta", o->max_delta, "gate: fail (exit 10) if ppl - baseline ppl exceeds D");
-  cmd->add_option("--max-ppl-ratio", o->max_ratio, "gate: fail (exit 10) if ppl / baseline ppl exceeds R");
-  cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K");
+  cmd->add_option("--max-ppl-delta", o->max_delta, "gate: fail (exit 10) if ppl - baseline ppl exceeds D")
+      ->check(finite_number());
+  cmd->add_option("--max-ppl-ratio", o->max_ratio, "gate: fail (exit 10) if ppl / baseline ppl exceeds R")
+      ->check(finite_at_least(0, true));
+  cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K")
+      ->check(finite_at_least(0, false));
   cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
-  cmd->add_option("--json", o->json_out, "write the report as JSON to this file");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->add_option("--json", o->json_out, "write the report as JSON to this file (a pipe or /dev/stdout is written through)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_eval(*o); });
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/hf/resolve.h"
@@ -51,12 +52,13 @@ void register_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text with the built-in runtime");
   cmd->add_option("model", o->model, "model folder, Hugging Face cache id (ORG/NAME)")->required();
   cmd->add_option("--prompt", o->prompt, "prompt text (empty: start from BOS alone)");
-  cmd->add_option("-n", o->n, "new tokens to generate (stops early at end of sequence)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy (default)");
-  cmd->add_option("--top-p", o->top_p, "nucleus sampling threshold in (0, 1] (default 1)");
+  cmd->add_option("-n", o->n, "new tokens to generate (stops early at end of sequence)")->check(int_range(0, 1 << 24));
+  cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy (default)")
+      ->check(finite_at_least(0, false));
+  cmd->add_option("--top-p", o->top_p, "nucleus sampling threshold in (0, 1] (default 1)")->check(finite_at_least(0, true, 1, true));
   cmd->add_option("--seed", o->seed, "random seed for sampling (default 0)");
   cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }
 

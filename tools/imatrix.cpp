@@ -3,9 +3,11 @@
 
 #include "calibration/imatrix_collect.h"
 #include "commands.h"
+#include "flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
+#include "runtime/finite_weights.h"
 
 namespace qf::cli {
 namespace {
@@ -13,16 +15,22 @@ namespace {
 struct ImatrixOpts {
   std::string model, text, out;
   int64_t ctx = 512, chunks = 0;
-  bool process_output = false;
+  bool process_output = false, force = false, allow_nonfinite = false;
   int threads = 0;
 };
 
 void run_imatrix(const ImatrixOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
+  check_output_file(o.out, {model_input(o.model), o.text}, o.force, false, "-o");
   const std::string text = read_text_file(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
+  if (!o.allow_nonfinite) {
+    const std::string bad = rt::find_nonfinite_weight(*model, pool);
+    if (!bad.empty())
+      throw invalid_input(o.model, bad + "; an importance matrix of a model with non-finite weights is meaningless (--allow-nonfinite overrides)");
+  }
   ImatrixOptions io;
   io.ctx = o.ctx;
   io.max_chunks = o.chunks;
@@ -44,11 +52,13 @@ void register_imatrix(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("imatrix", "Importance matrix (llama.cpp's GGUF imatrix layout) from a calibration text");
   cmd->add_option("model", o->model, "model folder, Hugging Face cache id or .gguf file")->required();
   cmd->add_option("--text", o->text, "calibration text (UTF-8)")->required();
-  cmd->add_option("-o,--output", o->out, "output imatrix .gguf")->required();
-  cmd->add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
-  cmd->add_option("--chunks", o->chunks, "use at most N chunks (default: all)");
+  cmd->add_option("-o,--output", o->out, "output imatrix .gguf (--force to replace an existing file)")->required();
+  cmd->add_option("--ctx", o->ctx, "tokens per chunk (default 512)")->check(int_at_least(2));
+  cmd->add_option("--chunks", o->chunks, "use at most N chunks (default: all)")->check(int_at_least(1));
   cmd->add_flag("--process-output", o->process_output, "also collect output.weight");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  cmd->add_flag("--force", o->force, "replace an existing output file (never an input of this run)");
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "collect even when a weight is NaN or infinite (non-finite statistics are still refused: llama-quantize rejects them)");
+  add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_imatrix(*o); });
 }
 

@@ -1,15 +1,42 @@
 // quantforge: the command-line entry point. Parses, dispatches, and turns every
 // error into one line on stderr and a documented exit code (see README.md).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/progress.h"
 
+namespace {
+
+// Results printed on stdout must reach it: a full disk or /dev/full is an i/o
+// error (exit 5), never a silent success.
+int finish_stdout() {
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int e = flush_failed ? errno : 0;
+  if (flush_failed || std::ferror(stdout)) {
+    std::fprintf(stderr, "quantforge: %s: standard output: write failed%s%s\n", qf::kind_name(qf::ErrorKind::Io),
+                 e ? ": " : " (the stream reported an error: disk full or closed?)", e ? std::strerror(e) : "");
+    return qf::exit_code(qf::ErrorKind::Io);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // First, before any thread exists: SIGINT/SIGTERM/SIGHUP remove temporaries.
+  qf::install_interrupt_cleanup();
   CLI::App app{"quantforge: offline LLM quantization and model conversion"};
+  // Options of the top level (-q) are accepted after the subcommand too;
+  // subcommands inherit this when they are created below.
+  app.fallthrough();
   app.set_version_flag("--version", std::string("quantforge ") + QF_VERSION);
   app.require_subcommand(1);
   bool quiet = false;
@@ -25,6 +52,7 @@ int main(int argc, char** argv) {
   qf::cli::register_quantize(app);
   try {
     app.parse(argc, argv);
+    return finish_stdout();
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -35,8 +63,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "quantforge: usage error: %s (see --help)\n", e.what());
     return qf::exit_code(qf::ErrorKind::Usage);
   } catch (const qf::Error& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "quantforge: %s: %s\n", qf::kind_name(e.kind()), e.what());
     return qf::exit_code(e.kind());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A filesystem call outside the library's own checks: still an i/o error
+    // about a named path, not a crash.
+    std::fflush(stdout);
+    std::fprintf(stderr, "quantforge: %s: %s: %s\n", qf::kind_name(qf::ErrorKind::Io), e.path1().c_str(),
+                 e.code().message().c_str());
+    return qf::exit_code(qf::ErrorKind::Io);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "quantforge: out of memory\n");
     return qf::exit_code(qf::ErrorKind::Io);
@@ -44,5 +80,4 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "quantforge: internal error: %s\n", e.what());
     return qf::exit_code(qf::ErrorKind::Internal);
   }
-  return 0;
 }

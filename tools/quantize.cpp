@@ -4,6 +4,7 @@
 #include "calibration/activation_store.h"
 #include "calibration/quantize_model.h"
 #include "commands.h"
+#include "flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
@@ -17,6 +18,7 @@ namespace {
 struct QuantizeOpts {
   std::string model, recipe, out, calib, eval_text, max_memory;
   int threads = 0;
+  bool allow_nonfinite = false;
 };
 
 void run_quantize(const QuantizeOpts& o) {
@@ -27,7 +29,7 @@ void run_quantize(const QuantizeOpts& o) {
     if (!quiet) std::fprintf(stderr, "%s\n", s.c_str());
   };
   const uint64_t max_memory = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
-  const QuantizeSummary s = quantize_model({o.model, o.recipe, o.out, o.calib, max_memory}, pool, log);
+  const QuantizeSummary s = quantize_model({o.model, o.recipe, o.out, o.calib, max_memory, o.allow_nonfinite}, pool, log);
   std::printf("quantized %lld linears in %lld layers with %s (%lld calibration samples, %lld tokens) in %.1f s\n",
               static_cast<long long>(s.linears), static_cast<long long>(s.layers), s.method.c_str(),
               static_cast<long long>(s.samples), static_cast<long long>(s.tokens), s.seconds);
@@ -44,6 +46,8 @@ void run_quantize(const QuantizeOpts& o) {
     const eval::EvalResult r = eval::evaluate(*qm, base.get(), spans, p, pool);
     std::printf("eval %s: perplexity %.4f (baseline %.4f, delta %+.4f), mean KLD %.6f, top-1 %.2f%%\n",
                 o.eval_text.c_str(), r.ppl, r.base_ppl, r.ppl_delta, r.kld_mean, 100.0 * r.top1_agreement);
+    for (const std::string& p : eval::measurement_problems(r))
+      std::fprintf(stderr, "quantforge: warning: the evaluation is not valid: %s\n", p.c_str());
   }
 }
 
@@ -58,7 +62,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--calib", o->calib, "calibration text (.txt) or .jsonl (overrides the recipe's calibration.dataset)");
   cmd->add_option("--eval", o->eval_text, "evaluate the result against MODEL on this text afterwards");
   cmd->add_option("--max-memory", o->max_memory, "memory for the calibration activations (e.g. 512M, 8G); beyond it they spill to disk, zstd-compressed");
-  cmd->add_option("--threads", o->threads, "threads (default: QF_THREADS or all cores)");
+  add_threads_option(cmd, o->threads);
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "quantize even when a weight or calibration statistic is NaN or infinite");
   cmd->callback([o] { run_quantize(*o); });
 }
 

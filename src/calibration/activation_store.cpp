@@ -1,41 +1,50 @@
 #include "calibration/activation_store.h"
 
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
-#include <random>
 
 #include "core/error.h"
 #include "core/io.h"
+#include "core/temporaries.h"
 
 namespace qf {
 
-ActivationStore::ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes) : sizes_(std::move(sizes)) {
+ActivationStore::ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes, const std::filesystem::path& spill_beside)
+    : sizes_(std::move(sizes)) {
   uint64_t total = 0;
   for (size_t s : sizes_) total += s * sizeof(float);
   if (max_bytes == 0 || total <= max_bytes) {
     mem_.resize(sizes_.size());
     return;
   }
-  std::random_device rd;
-  const auto base = std::filesystem::temp_directory_path();
+  namespace fs = std::filesystem;
+  const fs::path beside = spill_beside.empty() ? fs::temp_directory_path() / "quantforge-activations" : spill_beside;
+  remove_stale_temporaries(beside);
   for (int attempt = 0; attempt < 16 && dir_.empty(); ++attempt) {
-    const auto d = base / ("quantforge-activations-" + std::to_string(rd()));
-    std::error_code ec;
-    if (std::filesystem::create_directory(d, ec)) {
-      std::filesystem::permissions(d, std::filesystem::perms::owner_all, ec);  // private: activations are data
+    const fs::path d = temp_sibling(beside, "spill");
+    if (!register_temporary(d)) throw io_error(beside.string(), "interrupted");
+    if (::mkdir(d.c_str(), 0700) == 0) {  // private: activations are data
       dir_ = d;
+    } else {
+      unregister_temporary(d);
+      if (errno != EEXIST) break;
     }
   }
-  if (dir_.empty()) throw io_error(base.string(), "cannot create a folder for spilled activations");
+  if (dir_.empty())
+    throw io_error(beside.parent_path().string(), "cannot create a folder for spilled activations: " + std::string(std::strerror(errno)));
 }
 
 ActivationStore::~ActivationStore() {
   if (!dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+    unregister_temporary(dir_);
   }
 }
 

@@ -2,6 +2,11 @@
 // kept in memory, or, when they would exceed a byte budget (`--max-memory`),
 // compressed with zstd into a private temporary folder and read back one
 // sample at a time, so that memory stays near one layer plus one sample.
+// The folder is ".NAME.spill.HOST.PID.RAND" beside `spill_beside` (the
+// output being written), or ".quantforge-activations.spill.HOST.PID.RAND"
+// under $TMPDIR; it is removed when the store is destroyed or the process is
+// interrupted, and one left by a killed process is removed by the next store
+// made beside the same name (see core/temporaries.h).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +19,7 @@ namespace qf {
 class ActivationStore {
  public:
   // sizes: floats per sample. max_bytes 0: no limit (always in memory).
-  ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes);
+  ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes, const std::filesystem::path& spill_beside = {});
   ~ActivationStore();
   ActivationStore(const ActivationStore&) = delete;
   ActivationStore& operator=(const ActivationStore&) = delete;

@@ -27,6 +27,7 @@
 #include "quantizers/gptq.h"
 #include "quantizers/rtn.h"
 #include "recipe/recipe.h"
+#include "runtime/finite_weights.h"
 #include "runtime/model.h"
 
 namespace qf {
@@ -54,6 +55,23 @@ void add_current(SafetensorsWriter& w, const Checkpoint& ck, const std::string& 
   written.insert(name);
 }
 
+// Calibration statistics of a Linear: non-finite activations (an overflow in
+// an earlier layer, a NaN the weights check could not see) make every number
+// derived from them meaningless. A NaN or Inf input reaches the Hessian's
+// diagonal (x_i * x_i), so the diagonal is enough.
+void check_finite_statistics(const LinearToQuantize& in) {
+  if (!std::isfinite(in.act_min) || !std::isfinite(in.act_max))
+    throw invalid_input(in.name, "the calibration activations entering this Linear are not finite (range " +
+                                     std::to_string(in.act_min) + " .. " + std::to_string(in.act_max) + ")");
+  if (!in.hessian) return;
+  const std::vector<double>& h = in.hessian->matrix();
+  const int64_t n = in.hessian->cols();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(h[static_cast<size_t>(i * n + i)]))
+      throw invalid_input(in.name, "the calibration statistics (Hessian) are not finite at input column " + std::to_string(i) +
+                                       ": the activations overflowed or are NaN");
+}
+
 }  // namespace
 
 QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const std::function<void(const std::string&)>& log) {
@@ -66,6 +84,11 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     throw unsupported(rm.dir.string(), "the model is already quantized (config.json has a quantization_config); start from f16/bf16/f32 weights");
   std::unique_ptr<rt::Model> model = rt::load_hf_model(rm.dir);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(rm.dir);
+  if (!job.allow_nonfinite) {
+    const std::string bad = rt::find_nonfinite_weight(*model, pool);
+    if (!bad.empty())
+      throw invalid_input(rm.dir.string(), bad + "; a model with non-finite weights cannot be quantized meaningfully (--allow-nonfinite overrides)");
+  }
 
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
   const ModifierSpec& mod = *plan.quantizer;
@@ -108,6 +131,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     auto it = plan.linears.find(in.name);
     if (it == plan.linears.end()) return std::nullopt;
     const ModifierSpec::Group& g = it->second.group;
+    if (!job.allow_nonfinite) check_finite_statistics(in);
     QuantizedLinear out;
     out.name = in.name;
     if (gptq) {
@@ -138,6 +162,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   SequentialOptions so;
   so.hessian_weighted_error = gptq;
   so.max_memory_bytes = job.max_memory_bytes;
+  so.spill_beside = stage.final_path();
   so.observe_ranges = plan.needs_activation_ranges;
   std::vector<std::pair<float, float>> kv_amax;
   if (mod.kv_cache_scheme) so.kv_amax = &kv_amax;

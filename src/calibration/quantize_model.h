@@ -17,6 +17,9 @@ struct QuantizeJob {
   std::filesystem::path out;
   std::filesystem::path calib;          // overrides the recipe's calibration.dataset
   uint64_t max_memory_bytes = 0;        // activation budget (0: unlimited); beyond it they spill to disk
+  // NaN/Inf in a weight or a calibration statistic is an InvalidInput error
+  // naming the tensor, unless this is set (then they go on as they are).
+  bool allow_nonfinite = false;
 };
 
 struct QuantizeSummary {

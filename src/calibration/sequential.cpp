@@ -89,7 +89,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   if (samples.empty()) throw invalid_input("calibration", "no calibration samples");
   std::vector<size_t> sizes;
   for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
-  ActivationStore hidden(sizes, opts.max_memory_bytes);
+  ActivationStore hidden(sizes, opts.max_memory_bytes, opts.spill_beside);
   for (size_t s = 0; s < samples.size(); ++s) {
     rt::Batch b;
     rt::KvCache cache = model.make_cache(rt::KvDType::F16, static_cast<int64_t>(samples[s].size()));

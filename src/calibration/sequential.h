@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ struct SequentialOptions {
   // Bytes the inter-layer hidden states may take in memory (0: no limit);
   // beyond it they are spilled to disk, zstd-compressed (ActivationStore).
   uint64_t max_memory_bytes = 0;
+  // Where spilled activations go: a folder ".NAME.spill.HOST.PID.RAND" beside
+  // this path (quantize passes its output), or under $TMPDIR when empty.
+  std::filesystem::path spill_beside;
   // Record each Linear's input range in the capture pass (static activation
   // scales, NVFP4 input global scales).
   bool observe_ranges = false;

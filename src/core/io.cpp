@@ -8,26 +8,16 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/temporaries.h"
 
 namespace qf {
 
 namespace fs = std::filesystem;
 
 static std::string errno_text() { return std::strerror(errno); }
-
-// ".NAME.tmp.PID.RAND" in `dir`: a hidden temporary beside the final name.
-// Built with append(): GCC 12's -Wrestrict misfires on chained operator+.
-static fs::path temp_sibling(const fs::path& dir, const fs::path& final_path, unsigned random) {
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), random);
-  std::string name = ".";
-  name.append(final_path.filename().string()).append(suffix);
-  return dir / name;
-}
 
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -78,11 +68,17 @@ std::string read_text_file(const fs::path& path) {
 AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
   fs::path dir = final_.parent_path();
   if (dir.empty()) dir = ".";
-  std::random_device rd;
+  remove_stale_temporaries(final_);
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    temp_ = temp_sibling(dir, final_, rd());
+    temp_ = temp_sibling(final_, "tmp");
+    if (!register_temporary(temp_)) throw io_error(final_.string(), "interrupted");
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0 && errno != EEXIST) break;
+    if (fd_ < 0) {
+      const int e = errno;
+      unregister_temporary(temp_);
+      errno = e;
+      if (e != EEXIST) break;
+    }
   }
   if (fd_ < 0) throw io_error(final_.string(), "cannot create a temporary file in " + dir.string() + ": " + errno_text());
 }
@@ -90,6 +86,7 @@ AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
+  unregister_temporary(temp_);
 }
 
 void AtomicFile::write(const void* data, size_t n) {
@@ -117,6 +114,7 @@ void AtomicFile::commit() {
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
     throw io_error(final_.string(), "cannot rename " + temp_.string() + ": " + errno_text());
   committed_ = true;
+  unregister_temporary(temp_);
   fs::path dir = final_.parent_path();
   int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -139,19 +137,25 @@ StagingDir::StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
   fs::path dir = final_.parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) throw io_error(final_.string(), "the parent folder " + dir.string() + " does not exist");
-  std::random_device rd;
+  remove_stale_temporaries(final_);
   for (int attempt = 0; attempt < 16; ++attempt) {
-    temp_ = temp_sibling(dir, final_, rd());
+    temp_ = temp_sibling(final_, "tmp");
+    if (!register_temporary(temp_)) throw io_error(final_.string(), "interrupted");
     if (::mkdir(temp_.c_str(), 0755) == 0) return;
-    if (errno != EEXIST) break;
+    const int e = errno;
+    unregister_temporary(temp_);
+    errno = e;
+    if (e != EEXIST) break;
   }
   throw io_error(final_.string(), "cannot create a temporary folder in " + dir.string() + ": " + errno_text());
 }
 
 StagingDir::~StagingDir() {
-  if (committed_) return;
-  std::error_code ec;
-  fs::remove_all(temp_, ec);
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(temp_, ec);
+  }
+  unregister_temporary(temp_);
 }
 
 void StagingDir::commit() {
@@ -160,12 +164,93 @@ void StagingDir::commit() {
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
     throw io_error(final_.string(), "cannot rename " + temp_.string() + " into place: " + errno_text());
   committed_ = true;
+  unregister_temporary(temp_);
   fs::path dir = final_.parent_path();
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+namespace {
+
+void write_through(const fs::path& path, std::string_view contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw io_error(path.string(), "cannot open for writing: " + errno_text());
+  const char* p = contents.data();
+  size_t n = contents.size();
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const std::string e = errno_text();
+      ::close(fd);
+      throw io_error(path.string(), "write failed: " + e);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0) throw io_error(path.string(), "close failed: " + errno_text());
+}
+
+}  // namespace
+
+void write_output_file(const fs::path& path, std::string_view contents) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // follows symbolic links
+  if (fs::exists(st)) {
+    if (fs::is_directory(st)) throw io_error(path.string(), "is a folder; give a file name");
+    if (!fs::is_regular_file(st)) return write_through(path, contents);
+  }
+  fs::path target = path;
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    target = fs::exists(st) ? fs::canonical(path, ec) : fs::weakly_canonical(path, ec);
+    if (ec) throw io_error(path.string(), "cannot resolve the symbolic link: " + ec.message());
+  }
+  write_file_atomic(target, contents);
+}
+
+namespace {
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  const bool eq = fs::equivalent(a, b, ec);
+  return !ec && eq;
+}
+
+}  // namespace
+
+void check_output_file(const fs::path& out, const std::vector<fs::path>& inputs, bool force, bool special_ok,
+                       const std::string& flag) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  const bool exists = fs::exists(st);
+  if (exists) {
+    for (const fs::path& in : inputs) {
+      if (in.empty()) continue;
+      bool hit = same_file(in, out);
+      if (!hit && fs::is_directory(fs::status(in, ec))) {
+        fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec), end;
+        for (; !ec && it != end && !hit; it.increment(ec)) {
+          if (it.depth() >= 2) it.disable_recursion_pending();  // model folders are flat; HF caches nest little
+          hit = same_file(it->path(), out);
+        }
+      }
+      if (hit)
+        throw io_error(out.string(), flag + " would overwrite an input of this run (" + in.string() +
+                                         "); write the output elsewhere");
+    }
+    if (fs::is_directory(st)) throw io_error(out.string(), flag + " is a folder; give a file name");
+    if (!fs::is_regular_file(st)) {
+      if (!special_ok) throw io_error(out.string(), flag + " is not a regular file; give a file name");
+      return;
+    }
+    if (!force) throw io_error(out.string(), flag + " already exists; pass --force to replace it");
+  }
+  fs::path dir = out.parent_path();
+  if (!dir.empty() && !fs::is_directory(dir, ec))
+    throw io_error(out.string(), "the folder " + dir.string() + " does not exist");
 }
 
 }  // namespace qf

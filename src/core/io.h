@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qf {
 
@@ -32,10 +33,11 @@ class MappedFile {
 
 std::string read_text_file(const std::filesystem::path& path);
 
-// Writes a file under a temporary name in the target folder, then fsyncs and
-// renames it over the final name. If the writer is destroyed without commit()
-// (an exception, a crash), the temporary file is removed and the final name is
-// untouched.
+// Writes a file under a temporary name in the target folder (see
+// temporaries.h: ".NAME.tmp.HOST.PID.RAND"), then fsyncs and renames it over
+// the final name. If the writer is destroyed without commit() (an exception,
+// an interrupt), the temporary file is removed and the final name is
+// untouched; after kill -9 the next writer of the same name removes it.
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path final_path);
@@ -59,7 +61,7 @@ class AtomicFile {
 };
 
 // An output folder built under a temporary name beside its final name
-// (".NAME.tmp.PID.RAND") and renamed into place by commit(). The final name
+// (".NAME.tmp.HOST.PID.RAND") and renamed into place by commit(). The final name
 // must not exist, or be an empty folder. Destroyed without commit(), the
 // temporary folder and everything in it are removed, so a failed or killed
 // run never leaves a half-written folder under the final name.
@@ -81,5 +83,21 @@ class StagingDir {
 
 // Convenience: atomically replace `path` with `contents`.
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+// Writes a user-named output such as a --json report. A regular file (or a
+// new name) is replaced atomically; a symbolic link is followed and its target
+// replaced, so the link stays; a FIFO, character device or socket is opened and
+// written through (a pipe, /dev/stdout), never replaced. Write errors (a full
+// disk, /dev/full) are Io errors.
+void write_output_file(const std::filesystem::path& path, std::string_view contents);
+
+// Checks an output file's path before any work, with one Io error naming
+// `flag`. Always refused: a path that is one of `inputs` (the same file by
+// device and inode, so symbolic and hard links count; a folder in `inputs`
+// stands for every file under it) and an existing folder. An existing regular
+// file is refused unless `force`. Special files (FIFO, character device) are
+// accepted only when `special_ok` (outputs written by write_output_file).
+void check_output_file(const std::filesystem::path& out, const std::vector<std::filesystem::path>& inputs, bool force,
+                       bool special_ok, const std::string& flag);
 
 }  // namespace qf

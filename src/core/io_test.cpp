@@ -1,6 +1,10 @@
 #include "core/io.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <stdexcept>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -59,6 +63,48 @@ TEST(MappedFile, MapsContentsAndReportsErrors) {
   EXPECT_EQ(MappedFile::open(d / "empty.bin")->size(), 0u);
   EXPECT_QF_ERROR(MappedFile::open(d / "missing.bin"), ErrorKind::NotFound, "missing.bin: no such file");
   EXPECT_QF_ERROR(MappedFile::open(d.path()), ErrorKind::InvalidInput, "not a regular file");
+}
+
+TEST(WriteOutputFile, ReplacesFilesFollowsLinksAndWritesThroughFifos) {
+  test::TempDir d;
+  write_output_file(d / "new.json", "{}");
+  EXPECT_EQ(read_text_file(d / "new.json"), "{}");
+  test::write_file(d / "target.json", "old");
+  fs::create_symlink(d / "target.json", d / "link.json");
+  write_output_file(d / "link.json", "new");
+  EXPECT_TRUE(fs::is_symlink(d / "link.json"));  // the link stays a link
+  EXPECT_EQ(read_text_file(d / "target.json"), "new");
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_text_file(d / "fifo"); });
+  write_output_file(d / "fifo", "through");
+  reader.join();
+  EXPECT_EQ(got, "through");
+  EXPECT_TRUE(fs::is_fifo(d / "fifo"));
+  EXPECT_QF_ERROR(write_output_file(d.path(), "x"), ErrorKind::Io, "is a folder");
+  if (::access("/dev/full", W_OK) == 0) EXPECT_QF_ERROR(write_output_file("/dev/full", "x"), ErrorKind::Io, "write failed");
+}
+
+TEST(CheckOutputFile, RefusesInputsFoldersAndExistingFilesUnlessForced) {
+  test::TempDir d;
+  fs::create_directory(d / "model");
+  test::write_file(d / "model" / "model.safetensors", "weights");
+  test::write_file(d / "text.txt", "text");
+  fs::create_hard_link(d / "text.txt", d / "alias.txt");
+  const std::vector<fs::path> inputs = {d / "model", d / "text.txt"};
+  EXPECT_NO_THROW(check_output_file(d / "out.gguf", inputs, false, false, "-o"));
+  EXPECT_QF_ERROR(check_output_file(d / "model" / "model.safetensors", inputs, true, false, "-o"), ErrorKind::Io,
+                  "-o would overwrite an input of this run");
+  EXPECT_QF_ERROR(check_output_file(d / "alias.txt", inputs, true, false, "-o"), ErrorKind::Io, "would overwrite an input");
+  test::write_file(d / "old.gguf", "x");
+  EXPECT_QF_ERROR(check_output_file(d / "old.gguf", inputs, false, false, "-o"), ErrorKind::Io,
+                  "-o already exists; pass --force to replace it");
+  EXPECT_NO_THROW(check_output_file(d / "old.gguf", inputs, true, false, "-o"));
+  EXPECT_QF_ERROR(check_output_file(d.path(), inputs, true, false, "-o"), ErrorKind::Io, "-o is a folder");
+  EXPECT_QF_ERROR(check_output_file(d / "nodir" / "x.gguf", inputs, false, false, "-o"), ErrorKind::Io, "does not exist");
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  EXPECT_NO_THROW(check_output_file(d / "fifo", inputs, false, true, "--json"));
+  EXPECT_QF_ERROR(check_output_file(d / "fifo", inputs, true, false, "-o"), ErrorKind::Io, "not a regular file");
 }
 
 }  // namespace

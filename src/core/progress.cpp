@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <exception>
 
 namespace qf {
 
@@ -48,9 +49,21 @@ std::string Progress::format_rate(double r, const std::string& unit) {
 
 Progress::Progress(std::string label, uint64_t total, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+      start_(std::chrono::steady_clock::now()), last_draw_(start_), exceptions_(std::uncaught_exceptions()) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  if (std::uncaught_exceptions() <= exceptions_) {
+    finish();
+    return;
+  }
+  // Unwinding from an error: no "done" line (the error is the one line that
+  // follows); a bar drawn in place gets its line ended.
+  finished_ = true;
+  if (!g_quiet && drawn_ && terminal()) {
+    std::fputs("\n", out());
+    std::fflush(out());
+  }
+}
 
 void Progress::add(uint64_t n) { set(done_ + n); }
 

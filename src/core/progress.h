@@ -16,7 +16,7 @@ class Progress {
  public:
   // total may be 0 when unknown (no percentage or ETA then).
   Progress(std::string label, uint64_t total, std::string unit = "it");
-  ~Progress();  // finishes if not finished
+  ~Progress();  // finishes if not finished, but prints no final line while an exception unwinds
 
   void add(uint64_t n = 1);
   void set(uint64_t done);
@@ -40,6 +40,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool finished_ = false;
   bool drawn_ = false;
+  int exceptions_ = 0;  // std::uncaught_exceptions() at construction
 };
 
 }  // namespace qf

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
+
 namespace qf {
 
 std::vector<Chunk> partition(int64_t n, int64_t grain) {
@@ -94,10 +96,26 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (err) std::rethrow_exception(err);
 }
 
+int ThreadPool::max_threads() {
+  return std::max(64, 8 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
     const char* env = std::getenv("QF_THREADS");
-    return env ? std::atoi(env) : 0;
+    if (!env || !*env) return 0;
+    const std::string v = env;
+    size_t pos = 0;
+    long n = 0;
+    try {
+      n = std::stol(v, &pos, 10);
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos != v.size() || n < 1 || n > max_threads())
+      throw Error(ErrorKind::Usage, "QF_THREADS must be an integer from 1 to " + std::to_string(max_threads()) +
+                                        ", got '" + v + "'");
+    return static_cast<int>(n);
   }());
   return pool;
 }

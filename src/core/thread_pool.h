@@ -40,8 +40,12 @@ class ThreadPool {
   // rethrown here (after the remaining chunks are skipped).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(const Chunk&)>& fn);
 
-  // The process-wide pool (size from QF_THREADS or the hardware).
+  // The process-wide pool (size from QF_THREADS or the hardware). A QF_THREADS
+  // that is not an integer from 1 to max_threads() is a Usage error.
   static ThreadPool& global();
+  // The largest pool a user may ask for: 8 threads per hardware thread, at
+  // least 64. Far beyond any speed-up, and never thousands of threads.
+  static int max_threads();
 
  private:
   void worker_loop();

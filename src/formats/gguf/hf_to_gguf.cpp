@@ -1,6 +1,7 @@
 #include "formats/gguf/hf_to_gguf.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -185,6 +186,13 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     const int64_t rows = t.numel() / std::max<int64_t>(1, cols);
     if (t.ndim() == 2) res.parameters += static_cast<uint64_t>(t.numel());
     std::vector<float> f = t.to_f32_vector();
+    if (!opts.allow_nonfinite)
+      for (size_t i = 0; i < f.size(); ++i)
+        if (!std::isfinite(f[i]))
+          throw invalid_input(dir.string(), hf + " [" + std::to_string(static_cast<int64_t>(i) / cols) + ", " +
+                                                std::to_string(static_cast<int64_t>(i) % cols) + "] is " +
+                                                (std::isnan(f[i]) ? "nan" : "infinite") +
+                                                "; a model with non-finite weights converts to a meaningless file (--allow-nonfinite overrides)");
     if (arch == "llama" && (p.name.find(".attn_q.") != std::string::npos || p.name.find(".attn_k.") != std::string::npos)) {
       const int64_t heads = p.name.find(".attn_q.") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
       f = t.ndim() == 2 ? permute_qk(f, heads, rows, cols) : permute_qk(f, heads, cols, 1);

@@ -20,6 +20,7 @@ struct GgufConvertOptions {
   std::string preset = "F16";            // gguf_mix preset name
   std::filesystem::path imatrix;         // optional importance matrix (.gguf or .dat)
   std::function<void(const std::string&)> note;  // messages (fallbacks, missing imatrix entries)
+  bool allow_nonfinite = false;          // false: a NaN/Inf weight is InvalidInput naming the tensor
 };
 
 struct GgufConvertResult {

@@ -1,0 +1,55 @@
+#include "core/interrupt.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/temporaries.h"
+
+namespace qf {
+
+namespace {
+
+sigset_t interrupt_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+[[noreturn]] void wait_and_clean(sigset_t set) {
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  const int removed = remove_registered_temporaries();
+  std::fprintf(stderr, "quantforge: interrupted by %s%s\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP",
+               removed > 0 ? "; temporary outputs removed" : "");
+  std::fflush(stderr);
+  // End by the signal itself, so that the parent sees how the process ended.
+  signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);
+  _exit(128 + sig);
+}
+
+}  // namespace
+
+void install_interrupt_cleanup() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  const sigset_t set = interrupt_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(wait_and_clean, set).detach();
+}
+
+}  // namespace qf

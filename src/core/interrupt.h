@@ -1,0 +1,18 @@
+// Clean exit on SIGINT, SIGTERM and SIGHUP: the registered temporaries (see
+// temporaries.h) are removed, one line is printed on stderr, and the process
+// ends by the signal (exit status 128 + signal number in a shell).
+//
+// How: install_interrupt_cleanup() blocks the three signals in the calling
+// thread, so every thread started afterwards inherits the mask, and starts
+// one thread that waits for them with sigwait(). The clean-up therefore runs
+// as ordinary code, not inside a signal handler, and may use the filesystem
+// library. Call it first thing in main(), before any other thread exists.
+// kill -9 cannot be caught: what it leaves behind is removed by the next run
+// to the same output (remove_stale_temporaries).
+#pragma once
+
+namespace qf {
+
+void install_interrupt_cleanup();
+
+}  // namespace qf

@@ -1,0 +1,140 @@
+#include "core/temporaries.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <set>
+
+namespace qf {
+
+namespace fs = std::filesystem;
+
+const std::string& temp_host_tag() {
+  static const std::string tag = [] {
+    char buf[256] = {};
+    std::string h;
+    if (gethostname(buf, sizeof buf - 1) == 0) h = buf;
+    std::string t;
+    for (char c : h) {
+      if (t.size() >= 32) break;
+      const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+      t.push_back(keep ? c : '-');
+    }
+    return t.empty() ? std::string("host") : t;
+  }();
+  return tag;
+}
+
+fs::path temp_sibling(const fs::path& final_path, const std::string& kind) {
+  static std::mutex mu;
+  static std::mt19937 rng{std::random_device{}()};
+  unsigned r;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    r = static_cast<unsigned>(rng());
+  }
+  char tail[48];
+  std::snprintf(tail, sizeof tail, ".%d.%08x", static_cast<int>(getpid()), r);
+  // Built with append(): GCC 12's -Wrestrict misfires on chained operator+.
+  std::string name = ".";
+  name.append(final_path.filename().string()).append(".").append(kind).append(".").append(temp_host_tag()).append(tail);
+  fs::path dir = final_path.parent_path();
+  return dir.empty() ? fs::path(name) : dir / name;
+}
+
+namespace {
+
+// "HOST.PID.RAND" -> pid of a temporary of this host, or -1.
+long owner_pid(const std::string& rest) {
+  const size_t r = rest.rfind('.');
+  if (r == std::string::npos || r == 0) return -1;
+  const size_t p = rest.rfind('.', r - 1);
+  if (p == std::string::npos) return -1;
+  if (rest.substr(0, p) != temp_host_tag()) return -1;
+  const std::string pid = rest.substr(p + 1, r - p - 1);
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const std::string rnd = rest.substr(r + 1);
+  if (rnd.size() != 8 || rnd.find_first_not_of("0123456789abcdef") != std::string::npos) return -1;
+  return std::stol(pid);
+}
+
+bool process_gone(long pid) { return pid > 0 && pid != getpid() && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+}  // namespace
+
+std::vector<fs::path> remove_stale_temporaries(const fs::path& final_path) {
+  std::vector<fs::path> removed;
+  fs::path target = final_path;
+  if (target.filename().empty()) target = target.parent_path();
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string base = "." + target.filename().string() + ".";
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return removed;
+  for (const fs::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    if (name.compare(0, base.size(), base) != 0) continue;
+    const std::string rest = name.substr(base.size());
+    std::string owner;
+    for (const char* kind : {"tmp.", "spill."})
+      if (rest.compare(0, std::char_traits<char>::length(kind), kind) == 0) owner = rest.substr(std::char_traits<char>::length(kind));
+    if (owner.empty() || !process_gone(owner_pid(owner))) continue;
+    std::error_code rec;
+    fs::remove_all(e.path(), rec);
+    if (!rec) removed.push_back(e.path());
+  }
+  return removed;
+}
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::set<fs::path> paths;
+  bool closed = false;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: used until the process ends
+  return *r;
+}
+
+}  // namespace
+
+bool register_temporary(const fs::path& p) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.closed) return false;
+  r.paths.insert(p);
+  return true;
+}
+
+void unregister_temporary(const fs::path& p) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.paths.erase(p);
+}
+
+int remove_registered_temporaries() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.closed = true;
+  int n = 0;
+  for (const fs::path& p : r.paths) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(p, ec))) continue;
+    ++n;
+    // Twice: a worker thread may have created a file inside a folder while
+    // the first pass ran.
+    for (int pass = 0; pass < 2 && fs::exists(fs::symlink_status(p, ec)); ++pass) fs::remove_all(p, ec);
+  }
+  r.paths.clear();
+  return n;
+}
+
+}  // namespace qf

@@ -1,0 +1,19 @@
+// Refusing non-finite weights before work that would turn them into
+// meaningless outputs (quantize, imatrix): one NaN in a weight makes every
+// later activation NaN, and a NaN scale or statistic silently poisons a file.
+#pragma once
+
+#include <string>
+
+#include "core/thread_pool.h"
+#include "runtime/model.h"
+
+namespace qf::rt {
+
+// The first weight of `m` (embeddings, every Linear decoded row by row, the
+// norms, the biases) that is NaN or infinite, described as
+// "model.layers.3.mlp.down_proj.weight [17, 5] is nan", or "" when all are
+// finite. Quantized weights are decoded, so a NaN block scale is found too.
+std::string find_nonfinite_weight(const Model& m, ThreadPool& pool);
+
+}  // namespace qf::rt

@@ -1,0 +1,93 @@
+#include "flags.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/thread_pool.h"
+
+namespace qf::cli {
+namespace {
+
+// Parses the whole of `s` as an integer; false for anything else (a sign and
+// digits only, no spaces, no fraction, within int64).
+bool parse_int(const std::string& s, int64_t& v) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  try {
+    v = std::stoll(s, &pos, 10);
+  } catch (...) {
+    return false;
+  }
+  return pos == s.size();
+}
+
+bool parse_number(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    return false;
+  }
+  return pos == s.size();
+}
+
+std::string num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+}  // namespace
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  const std::string want = "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, want](std::string& s) -> std::string {
+        int64_t v = 0;
+        if (!parse_int(s, v) || v < lo || v > hi) return want + ", got '" + s + "'";
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator int_at_least(int64_t lo) {
+  const std::string want = "must be an integer >= " + std::to_string(lo);
+  return CLI::Validator(
+      [lo, want](std::string& s) -> std::string {
+        int64_t v = 0;
+        if (!parse_int(s, v) || v < lo) return want + ", got '" + s + "'";
+        return {};
+      },
+      "INT >= " + std::to_string(lo));
+}
+
+CLI::Validator finite_at_least(double lo, bool strict, double hi, bool has_hi) {
+  std::string want = std::string("must be a finite number ") + (strict ? "> " : ">= ") + num(lo);
+  if (has_hi) want += " and <= " + num(hi);
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_number(s, v) || !std::isfinite(v) || (strict ? !(v > lo) : !(v >= lo)) || (has_hi && !(v <= hi)))
+          return want + ", got '" + s + "'";
+        return {};
+      },
+      std::string("NUMBER ") + (strict ? "> " : ">= ") + num(lo));
+}
+
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_number(s, v) || !std::isfinite(v)) return "must be a finite number, got '" + s + "'";
+        return {};
+      },
+      "NUMBER");
+}
+
+void add_threads_option(CLI::App* cmd, int& threads) {
+  cmd->add_option("--threads", threads, "threads (default: QF_THREADS or all cores)")
+      ->check(int_range(1, ThreadPool::max_threads()));
+}
+
+}  // namespace qf::cli

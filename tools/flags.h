@@ -1,0 +1,26 @@
+// Checks for numeric flags. Each rejects a value outside its range with one
+// message that names the accepted range in plain numbers ("must be an
+// integer from 1 to 64, got 100000"), never a silently replaced value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace qf::cli {
+
+// An integer in [lo, hi].
+CLI::Validator int_range(int64_t lo, int64_t hi);
+// An integer >= lo.
+CLI::Validator int_at_least(int64_t lo);
+// A finite number >= lo (> lo when `strict`), and <= hi when given.
+CLI::Validator finite_at_least(double lo, bool strict, double hi = 0, bool has_hi = false);
+// Any finite number.
+CLI::Validator finite_number();
+
+// Adds --threads (an integer from 1 to ThreadPool::max_threads(); absent:
+// QF_THREADS or every core) to `cmd`, stored in `threads` (0 when absent).
+void add_threads_option(CLI::App* cmd, int& threads);
+
+}  // namespace qf::cli
