@@ -95,9 +95,10 @@ DType plan_scale_dtype(const ModelConfig& c) {
   return DType::F16;
 }
 
-QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g) {
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g,
+                                 float nvfp4_global_amax) {
   if (g.weights.is_fp8()) return quantize_fp8(w, rows, cols, g.weights);
-  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights);
+  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights, nvfp4_global_amax);
   return quantize_rtn(w, rows, cols, g.weights, g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax);
 }
 
@@ -174,6 +175,36 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     }
   }
   if (plan.linears.empty()) throw invalid_input(recipe.source, "no Linear of the model matches the recipe's targets");
+  // vLLM loads q/k/v as one qkv_proj and gate/up as one gate_up_proj with a
+  // single NVFP4 global scale: each set is NVFP4 as a whole or not at all.
+  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    for (const std::vector<std::string>& set : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                                std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
+      std::vector<std::string> fp4, other;
+      const ModifierSpec::Group* first = nullptr;
+      for (const std::string& m : set) {
+        auto it = plan.linears.find(p + m);
+        const bool is_fp4 = it != plan.linears.end() && it->second.group.weights.is_nvfp4();
+        (is_fp4 ? fp4 : other).push_back(m.substr(m.find('.') + 1));
+        if (is_fp4 && !first) first = &it->second.group;
+      }
+      if (fp4.empty()) continue;
+      if (!other.empty()) {
+        auto list = [](const std::vector<std::string>& v) {
+          std::string s;
+          for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+          return s;
+        };
+        throw unsupported(first->where, p + set[0].substr(0, set[0].find('.')) + ": " + list(fp4) +
+                                            (fp4.size() > 1 ? " are" : " is") + " NVFP4 but " + list(other) +
+                                            (other.size() > 1 ? " are" : " is") +
+                                            " not: vLLM fuses them into one Linear with one NVFP4 global scale "
+                                            "(llm-compressor refuses this too); quantize all of them with NVFP4 or none");
+      }
+      plan.fused_nvfp4 = true;
+    }
+  }
   const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
   if ((format == "gptq" || format == "awq" || format == "modelopt") && group_names.size() > 1)
     throw unsupported(recipe.source, "the " + format + " format holds one scheme per model; export compressed-tensors for mixed schemes");

@@ -59,5 +59,27 @@ TEST(QuantizePlan, ModifierOrderCalibrationAndFormats) {
                   ErrorKind::Unsupported, "the gptq format holds weight-only schemes");
 }
 
+// q/k/v and gate/up are NVFP4 as a set or not at all (vLLM fuses each into one
+// Linear with one global scale; llm-compressor refuses a partial set too).
+TEST(QuantizePlan, FusedSetsAreNvfp4AsAWhole) {
+  auto plan = [](const std::string& body) {
+    return make_quantize_plan(parse_recipe_text("q_stage:\n  q_modifiers:\n    QuantizationModifier:\n" + body, "r.yaml"),
+                              fixture_model());
+  };
+  EXPECT_TRUE(plan("      scheme: NVFP4A16\n      ignore: [lm_head]\n").fused_nvfp4);
+  EXPECT_FALSE(plan("      scheme: W4A16\n      ignore: [lm_head]\n").fused_nvfp4);
+  // NVFP4 attention, int4 MLP: each set is whole.
+  EXPECT_TRUE(plan("      ignore: [lm_head]\n      scheme: {NVFP4A16: ['re:.*self_attn.*'], W4A16: ['re:.*mlp.*']}\n").fused_nvfp4);
+  // o_proj and down_proj are not fused: they may differ.
+  EXPECT_TRUE(plan("      ignore: [lm_head, 're:.*o_proj$']\n      scheme: NVFP4\n").fused_nvfp4);
+  EXPECT_QF_ERROR(plan("      ignore: [lm_head, 're:.*v_proj$']\n      scheme: NVFP4\n"), ErrorKind::Unsupported,
+                  "r.yaml:5:15: model.layers.0.self_attn: q_proj, k_proj are NVFP4 but v_proj is not: vLLM fuses them into "
+                  "one Linear with one NVFP4 global scale (llm-compressor refuses this too); quantize all of them with "
+                  "NVFP4 or none");
+  EXPECT_QF_ERROR(plan("      ignore: [lm_head]\n      scheme: {NVFP4: ['re:.*gate_proj$', 're:.*self_attn.*', 're:.*down_proj$'], "
+                       "W4A16: ['re:.*up_proj$']}\n"),
+                  ErrorKind::Unsupported, "model.layers.0.mlp: gate_proj is NVFP4 but up_proj is not");
+}
+
 }  // namespace
 }  // namespace qf
