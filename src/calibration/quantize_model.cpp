@@ -116,6 +116,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       o.dampening_frac = mod.dampening_frac;
       o.actorder = actorder_of(g.actorder);
       o.observer = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
+      o.mse = g.mse;
       o.pool = &pool;
       GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, g.weights, o, in.name);
       out.q = std::move(r.q);
@@ -276,6 +277,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       cg.targets = g.targets;
       cg.actorder_group = g.actorder == "group";
       cg.observer = g.observer == "mse" ? "mse" : "memoryless_minmax";
+      cg.observer_kwargs = g.observer_kwargs;
       cg.input_activations = g.input_activations;
       list.push_back(cg);
       used.push_back(&g);
