@@ -140,12 +140,14 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       o.dampening_frac = mod.dampening_frac;
       o.actorder = actorder_of(g.actorder);
       o.observer = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
+      o.mse = g.mse;
       o.pool = &pool;
       GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, g.weights, o, in.name);
       out.q = std::move(r.q);
       out.note = r.fallback;
     } else {
-      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, g);
+      // NVFP4: one global scale for the whole fused set (q/k/v, gate/up).
+      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, g, in.fused_weight_amax);
     }
     if (g.input_activations) {
       out.act = calibrate_activation(*g.input_activations, in.act_min, in.act_max, in.name);
@@ -164,6 +166,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   so.max_memory_bytes = job.max_memory_bytes;
   so.spill_beside = stage.final_path();
   so.observe_ranges = plan.needs_activation_ranges;
+  so.fused_weight_amax = plan.fused_nvfp4;
   std::vector<std::pair<float, float>> kv_amax;
   if (mod.kv_cache_scheme) so.kv_amax = &kv_amax;
   if (plan.smoothquant || plan.awq) {
@@ -237,13 +240,14 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       if (!written.count(base + ".weight")) add_current(writer, ck, base + ".weight", lin.decode_all(), written);
     }
   }
-  // FP8 KV-cache scales: amax / 448 of the calibrated K (after RoPE) and V.
+  // FP8 KV-cache scales: amax / 448 of the calibrated K (after RoPE) and V;
+  // modelopt's export raises them to at least 1 (llm-compressor's does not).
   std::vector<KvScales> kv;
   for (const auto& [k, v] : kv_amax)
     kv.push_back({k > 0 ? k / 448.0f : 1.0f, v > 0 ? v / 448.0f : 1.0f});
   for (size_t li = 0; li < kv.size(); ++li) {
     const std::string p = "model.layers." + std::to_string(li);
-    if (format == "modelopt") add_modelopt_kv_scales(writer, p, kv[li]);
+    if (format == "modelopt") add_modelopt_kv_scales(writer, p, modelopt_fp8_kv_scales(kv[li]));
     else add_compressed_tensors_kv_scales(writer, p + ".self_attn", kv[li], plan_scale_dtype(cfg));
   }
 
@@ -298,6 +302,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       cg.targets = g.targets;
       cg.actorder_group = g.actorder == "group";
       cg.observer = g.observer == "mse" ? "mse" : "memoryless_minmax";
+      cg.observer_kwargs = g.observer_kwargs;
       cg.input_activations = g.input_activations;
       list.push_back(cg);
       used.push_back(&g);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "formats/export/compressed_tensors.h"
 #include "quantizers/act_quant.h"
 #include "quantizers/float_quant.h"
 #include "quantizers/rtn.h"
@@ -11,14 +12,28 @@
 namespace qf {
 namespace {
 
+// A group size must divide the Linear's columns. llm-compressor checks that
+// early unless bypass_divisibility_checks; bypassed, compressed-tensors' group
+// quantizer still raises for such a layer ("tensor column shape must be
+// divisible by the given group_size"), so it cannot be quantized either way.
+void check_divisible(const ModifierSpec& mod, const ModifierSpec::Group& g, const QuantScheme& w, const std::string& name,
+                     int64_t cols) {
+  if (!w.grouped() || cols % w.group_size == 0) return;
+  const std::string what = "group_size " + std::to_string(w.group_size) + " does not divide the " + std::to_string(cols) +
+                           " input columns of " + name;
+  if (mod.bypass_divisibility_checks)
+    throw unsupported(mod.bypass_where, "bypass_divisibility_checks: " + what +
+                                            ": a group size that does not divide the columns cannot be quantized (no "
+                                            "partial groups; compressed-tensors' quantizer refuses them too, after its "
+                                            "bypassed check); ignore the module or choose a group size that divides it");
+  throw invalid_input(g.where, what + " (choose a group size that divides it, use strategy: channel, or ignore the module)");
+}
+
 // Checks one Linear's scheme against its shape and the export format.
-void check_linear(const ModifierSpec::Group& g, const std::string& name, int64_t rows, int64_t cols,
-                  const std::string& format, bool gptq) {
+void check_linear(const ModifierSpec& mod, const ModifierSpec::Group& g, const std::string& name, int64_t rows,
+                  int64_t cols, const std::string& format, bool gptq) {
   const QuantScheme& w = g.weights;
-  if (w.grouped() && cols % w.group_size != 0)
-    throw invalid_input(g.where, "group_size " + std::to_string(w.group_size) + " does not divide the " +
-                                     std::to_string(cols) + " input columns of " + name +
-                                     " (choose a group size that divides it, use strategy: channel, or ignore the module)");
+  check_divisible(mod, g, w, name, cols);
   if (gptq && w.is_float())
     throw unsupported(g.where, "GPTQModifier quantizes integer weights; use QuantizationModifier for " + w.describe());
   const ActivationScheme* a = g.input_activations ? &*g.input_activations : nullptr;
@@ -47,6 +62,17 @@ void check_linear(const ModifierSpec::Group& g, const std::string& name, int64_t
     if (g.scale_dtype_set && w.scale_dtype != DType::F16) throw unsupported(g.where, "the AWQ format stores f16 scales");
     if (rows % 8 != 0) throw unsupported(g.where, name + " has " + std::to_string(rows) + " output rows: AWQ packs 8 per int32");
     if (g.actorder == "group") throw unsupported(g.where, "the AWQ format has no g_idx (act-order 'group')");
+  }
+  // A scheme's `format` names the compressed-tensors format of its group;
+  // quantforge writes the one compressed-tensors infers (other exports are
+  // their own formats), so another one would be silently ignored.
+  if (!g.format.empty()) {
+    const std::string inferred = compressed_tensors_format_of(w, a);
+    if (g.format != inferred)
+      throw unsupported(g.format_where, "format '" + g.format + "': this group is written as '" + inferred +
+                                            "' (the format compressed-tensors infers for " + w.describe() +
+                                            (a ? " / " + a->describe() : std::string(" weight-only")) +
+                                            "); another format is not supported (remove the key)");
   }
   if (format == "modelopt") {
     const bool fp8 = w.is_fp8() && w.strategy == QuantStrategy::Tensor && a && a->type == QuantType::Float &&
@@ -95,10 +121,11 @@ DType plan_scale_dtype(const ModelConfig& c) {
   return DType::F16;
 }
 
-QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g) {
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g,
+                                 float nvfp4_global_amax) {
   if (g.weights.is_fp8()) return quantize_fp8(w, rows, cols, g.weights);
-  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights);
-  return quantize_rtn(w, rows, cols, g.weights, g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax);
+  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights, nvfp4_global_amax);
+  return quantize_rtn(w, rows, cols, g.weights, g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax, g.mse);
 }
 
 std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,
@@ -151,7 +178,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
       std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
       if (g && g->quantize_weights) {
         if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;
-        check_linear(*g, name, rows, cols, format, gptq);
+        check_linear(mod, *g, name, rows, cols, format, gptq);
         if (g->input_activations) {
           g->input_activations->validate(g->where);
           if (g->input_activations->needs_calibration()) plan.needs_activation_ranges = true;
@@ -164,9 +191,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
         std::optional<ModifierSpec::Group> ag = plan.awq->groups.empty() ? g : scheme_for(*plan.awq, name);
         if (ag && ag->quantize_weights) {
           if (!ag->scale_dtype_set) ag->weights.scale_dtype = sdt;
-          if (ag->weights.grouped() && cols % ag->weights.group_size != 0)
-            throw invalid_input(ag->where, "group_size " + std::to_string(ag->weights.group_size) + " does not divide the " +
-                                               std::to_string(cols) + " input columns of " + name);
+          check_divisible(plan.awq->groups.empty() ? mod : *plan.awq, *ag, ag->weights, name, cols);
           plan.awq_group_size = ag->weights.grouped() ? ag->weights.group_size : -1;
           plan.awq_linears[name] = *ag;
         }
@@ -174,6 +199,36 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     }
   }
   if (plan.linears.empty()) throw invalid_input(recipe.source, "no Linear of the model matches the recipe's targets");
+  // vLLM loads q/k/v as one qkv_proj and gate/up as one gate_up_proj with a
+  // single NVFP4 global scale: each set is NVFP4 as a whole or not at all.
+  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    for (const std::vector<std::string>& set : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                                std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
+      std::vector<std::string> fp4, other;
+      const ModifierSpec::Group* first = nullptr;
+      for (const std::string& m : set) {
+        auto it = plan.linears.find(p + m);
+        const bool is_fp4 = it != plan.linears.end() && it->second.group.weights.is_nvfp4();
+        (is_fp4 ? fp4 : other).push_back(m.substr(m.find('.') + 1));
+        if (is_fp4 && !first) first = &it->second.group;
+      }
+      if (fp4.empty()) continue;
+      if (!other.empty()) {
+        auto list = [](const std::vector<std::string>& v) {
+          std::string s;
+          for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+          return s;
+        };
+        throw unsupported(first->where, p + set[0].substr(0, set[0].find('.')) + ": " + list(fp4) +
+                                            (fp4.size() > 1 ? " are" : " is") + " NVFP4 but " + list(other) +
+                                            (other.size() > 1 ? " are" : " is") +
+                                            " not: vLLM fuses them into one Linear with one NVFP4 global scale "
+                                            "(llm-compressor refuses this too); quantize all of them with NVFP4 or none");
+      }
+      plan.fused_nvfp4 = true;
+    }
+  }
   const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
   if ((format == "gptq" || format == "awq" || format == "modelopt") && group_names.size() > 1)
     throw unsupported(recipe.source, "the " + format + " format holds one scheme per model; export compressed-tensors for mixed schemes");
@@ -190,6 +245,8 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   if (plan.awq) reasons.push_back("AWQ");
   if (plan.needs_activation_ranges) reasons.push_back("static activation scales");
   if (mod.kv_cache_scheme) reasons.push_back("the KV-cache scheme");
+  for (const ModifierSpec& m : recipe.modifiers)
+    if (m.requires_calibration_data && reasons.empty()) reasons.push_back(m.kind + ".requires_calibration_data");
   plan.needs_calibration = !reasons.empty();
   for (size_t i = 0; i < reasons.size(); ++i) plan.calibration_reason += (i ? i + 1 == reasons.size() ? " and " : ", " : "") + reasons[i];
   if (plan.smoothquant) plan.method += "smoothquant+";

@@ -32,19 +32,28 @@ struct QuantizePlan {
   bool needs_activation_ranges = false;       // static activation scales or NVFP4 input global scales
   std::string calibration_reason;             // what needs it, for the error when none is given
   std::string method;                         // "gptq", "rtn", "awq+rtn", "smoothquant+gptq", ...
+  // Some {q,k,v} or {gate,up} set is quantized with NVFP4 weights: its
+  // members share one weight global scale (computed from the set's amax).
+  bool fused_nvfp4 = false;
 };
 
 // Throws (InvalidInput / Unsupported, naming the recipe position) for modifier
 // orders other than [SmoothQuant] [AWQ] quantizer, group sizes that do not
-// divide a Linear, and schemes the export format cannot hold.
+// divide a Linear, schemes the export format cannot hold, and a layer whose
+// q/k/v (or gate/up) are not all NVFP4 when one of them is: vLLM fuses each
+// set into one Linear with one global scale, and llm-compressor refuses such
+// a set too (its fuse_weight_observers asserts every member is TENSOR_GROUP).
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
 
 // The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
 DType plan_scale_dtype(const ModelConfig& c);
 
 // Round-to-nearest in the group's scheme: integer (minmax or mse observer),
-// FP8 or NVFP4.
-QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g);
+// FP8 or NVFP4. nvfp4_global_amax >= 0: the amax NVFP4's global scale is
+// computed from (the fused set's, see LinearToQuantize::fused_weight_amax);
+// < 0: the weight's own. Ignored by the other schemes.
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g,
+                                 float nvfp4_global_amax = -1);
 
 // The Linear SmoothQuant's strength search evaluates: the planned scheme by
 // round-to-nearest, with the planned input quantizer (static scales and NVFP4

@@ -59,5 +59,68 @@ TEST(QuantizePlan, ModifierOrderCalibrationAndFormats) {
                   ErrorKind::Unsupported, "the gptq format holds weight-only schemes");
 }
 
+// q/k/v and gate/up are NVFP4 as a set or not at all (vLLM fuses each into one
+// Linear with one global scale; llm-compressor refuses a partial set too).
+TEST(QuantizePlan, FusedSetsAreNvfp4AsAWhole) {
+  auto plan = [](const std::string& body) {
+    return make_quantize_plan(parse_recipe_text("q_stage:\n  q_modifiers:\n    QuantizationModifier:\n" + body, "r.yaml"),
+                              fixture_model());
+  };
+  EXPECT_TRUE(plan("      scheme: NVFP4A16\n      ignore: [lm_head]\n").fused_nvfp4);
+  EXPECT_FALSE(plan("      scheme: W4A16\n      ignore: [lm_head]\n").fused_nvfp4);
+  // NVFP4 attention, int4 MLP: each set is whole.
+  EXPECT_TRUE(plan("      ignore: [lm_head]\n      scheme: {NVFP4A16: ['re:.*self_attn.*'], W4A16: ['re:.*mlp.*']}\n").fused_nvfp4);
+  // o_proj and down_proj are not fused: they may differ.
+  EXPECT_TRUE(plan("      ignore: [lm_head, 're:.*o_proj$']\n      scheme: NVFP4\n").fused_nvfp4);
+  EXPECT_QF_ERROR(plan("      ignore: [lm_head, 're:.*v_proj$']\n      scheme: NVFP4\n"), ErrorKind::Unsupported,
+                  "r.yaml:5:15: model.layers.0.self_attn: q_proj, k_proj are NVFP4 but v_proj is not: vLLM fuses them into "
+                  "one Linear with one NVFP4 global scale (llm-compressor refuses this too); quantize all of them with "
+                  "NVFP4 or none");
+  EXPECT_QF_ERROR(plan("      ignore: [lm_head]\n      scheme: {NVFP4: ['re:.*gate_proj$', 're:.*self_attn.*', 're:.*down_proj$'], "
+                       "W4A16: ['re:.*up_proj$']}\n"),
+                  ErrorKind::Unsupported, "model.layers.0.mlp: gate_proj is NVFP4 but up_proj is not");
+}
+
+// bypass_divisibility_checks skips llm-compressor's early check, but the
+// quantizer still cannot make partial groups: the error then names the key.
+TEST(QuantizePlan, BypassDivisibilityChecks) {
+  auto plan = [](const std::string& extra) {
+    return make_quantize_plan(
+        parse_recipe_text("q_stage:\n  q_modifiers:\n    QuantizationModifier:\n" + extra +
+                              "      config_groups:\n        g:\n          targets: [Linear]\n"
+                              "          weights: {num_bits: 4, group_size: 96}\n      ignore: [lm_head]\n",
+                          "r.yaml"),
+        fixture_model());
+  };
+  EXPECT_QF_ERROR(plan(""), ErrorKind::InvalidInput,
+                  "r.yaml:5:9: group_size 96 does not divide the 256 input columns of model.layers.0.self_attn.q_proj");
+  EXPECT_QF_ERROR(plan("      bypass_divisibility_checks: true\n"), ErrorKind::Unsupported,
+                  "r.yaml:4:7: bypass_divisibility_checks: group_size 96 does not divide the 256 input columns of "
+                  "model.layers.0.self_attn.q_proj: a group size that does not divide the columns cannot be quantized");
+  // With group sizes that divide, the key changes nothing.
+  const std::string ok = "q_stage:\n  q_modifiers:\n    QuantizationModifier:\n      scheme: W4A16\n      ignore: [lm_head]\n";
+  EXPECT_EQ(make_quantize_plan(parse_recipe_text(ok + "      bypass_divisibility_checks: true\n", "r.yaml"), fixture_model()).linears.size(),
+            28u);
+}
+
+// A scheme's format must be the one it is written in; requires_calibration_data
+// demands calibration data.
+TEST(QuantizePlan, SchemeFormatAndRequiresCalibrationData) {
+  auto plan = [](const std::string& body) {
+    return make_quantize_plan(parse_recipe_text("q_stage:\n  q_modifiers:\n    QuantizationModifier:\n" + body, "r.yaml"),
+                              fixture_model());
+  };
+  const std::string groups = "      ignore: [lm_head]\n      config_groups:\n        g:\n          targets: [Linear]\n"
+                             "          weights: {num_bits: 4, group_size: 128}\n";
+  EXPECT_EQ(plan(groups + "          format: pack-quantized\n").linears.size(), 28u);
+  EXPECT_QF_ERROR(plan(groups + "          format: marlin-24\n"), ErrorKind::Unsupported,
+                  "r.yaml:9:19: format 'marlin-24': this group is written as 'pack-quantized' (the format "
+                  "compressed-tensors infers for int4 sym g128 weight-only); another format is not supported");
+  EXPECT_FALSE(plan("      scheme: W4A16\n").needs_calibration);
+  const QuantizePlan p = plan("      scheme: W4A16\n      requires_calibration_data: true\n");
+  EXPECT_TRUE(p.needs_calibration);
+  EXPECT_EQ(p.calibration_reason, "QuantizationModifier.requires_calibration_data");
+}
+
 }  // namespace
 }  // namespace qf

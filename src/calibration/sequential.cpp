@@ -1,6 +1,7 @@
 #include "calibration/sequential.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -80,7 +81,39 @@ void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector
   }
 }
 
+// The largest |w| over the Linears of each fused set of a layer, from their
+// current float weights (NaN ignored); -1 for a set whose amax is not finite.
+std::array<float, 2> fused_set_amax(const rt::LayerWeights& L) {
+  std::array<float, 2> amax = {0.0f, 0.0f};
+  for (const rt::LayerLinear& sl : rt::kLayerLinears) {
+    const int set = fused_set_of(sl.slot);
+    if (set < 0) continue;
+    const rt::Linear& lin = *(L.*sl.member);
+    std::vector<float> row(static_cast<size_t>(lin.in_features()));
+    float a = amax[static_cast<size_t>(set)];
+    for (int64_t r = 0; r < lin.out_features(); ++r) {
+      lin.decode_row(r, row.data());
+      for (float v : row) a = std::max(a, std::fabs(v));
+    }
+    amax[static_cast<size_t>(set)] = a;
+  }
+  for (float& a : amax)
+    if (!std::isfinite(a)) a = -1.0f;
+  return amax;
+}
+
 }  // namespace
+
+int fused_set_of(rt::LinearObserver::Slot slot) {
+  switch (slot) {
+    case rt::LinearObserver::Q:
+    case rt::LinearObserver::K:
+    case rt::LinearObserver::V: return 0;
+    case rt::LinearObserver::Gate:
+    case rt::LinearObserver::Up: return 1;
+    default: return -1;
+  }
+}
 
 void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& samples,
                     const QuantizeFn& quantize, ThreadPool& pool, const LayerDoneFn& layer_done,
@@ -111,6 +144,9 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       run_layer(model, li, samples, hidden, pool, obs.get(), false);
     }
     rt::LayerWeights& L = model.mutable_layer(li);
+    // Before any of the layer's Linears is replaced by its quantized form.
+    const std::array<float, 2> set_amax =
+        opts.fused_weight_amax ? fused_set_amax(L) : std::array<float, 2>{-1.0f, -1.0f};
     std::vector<QuantizedLinear> done;
     for (const rt::LayerLinear& sl : rt::kLayerLinears) {
       std::shared_ptr<rt::Linear>& slot = L.*sl.member;
@@ -120,6 +156,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       LinearToQuantize in{"model.layers." + std::to_string(li) + "." + sl.name, li, &w, lin.out_features(),
                           lin.in_features(), h};
       if (obs) std::tie(in.act_min, in.act_max) = obs->range(sl.slot);
+      if (const int set = fused_set_of(sl.slot); set >= 0) in.fused_weight_amax = set_amax[static_cast<size_t>(set)];
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinear> q = quantize(in);
       if (!q) continue;

@@ -35,6 +35,12 @@ struct LinearToQuantize {
   // Range of the Linear's input over the calibration tokens (observe_ranges);
   // 0, 0 when not observed.
   float act_min = 0, act_max = 0;
+  // With SequentialOptions::fused_weight_amax: the largest |w| over the float
+  // weights of the Linears vLLM fuses with this one ({q,k,v} -> qkv_proj,
+  // {gate,up} -> gate_up_proj), taken after the layer's transforms, right
+  // before the first of them is quantized. -1 for o_proj and down_proj, when
+  // not asked for, or when a weight is not finite.
+  float fused_weight_amax = -1;
 };
 
 struct QuantizedLinear {
@@ -75,7 +81,14 @@ struct SequentialOptions {
   // When set, receives per layer the largest |K| (after RoPE) and |V| the
   // quantized layer produces on the calibration set (FP8 KV-cache scales).
   std::vector<std::pair<float, float>>* kv_amax = nullptr;
+  // Fill LinearToQuantize::fused_weight_amax (NVFP4 global scales shared by
+  // the Linears vLLM fuses).
+  bool fused_weight_amax = false;
 };
+
+// Which of the fused sets a layer Linear belongs to: 0 for q/k/v (vLLM's
+// qkv_proj), 1 for gate/up (gate_up_proj), -1 for o_proj and down_proj.
+int fused_set_of(rt::LinearObserver::Slot slot);
 
 // Quantizes `model` in place (its Linears become quantized Linears, with the
 // input quantizer the callback returns), handing each layer's

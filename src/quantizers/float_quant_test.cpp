@@ -175,6 +175,36 @@ TEST(Nvfp4, DequantizeRoundTrip) {
   EXPECT_EQ(q2.global_scale, 268.8f);
 }
 
+// Linears vLLM fuses share one global scale: each is quantized against the
+// set's amax, its block scales chosen against that global scale.
+TEST(Nvfp4, SharedGlobalAmaxSetsTheGlobalScaleAndTheBlocks) {
+  const std::vector<float> a = uniform(4 * 32, 7, -2.0f, 2.0f), b = uniform(4 * 32, 8, -8.0f, 8.0f);
+  float amax_b = 0;
+  for (float x : b) amax_b = std::max(amax_b, std::fabs(x));
+  const QuantizedTensor own = quantize_nvfp4(a.data(), 4, 32, QuantScheme::nvfp4());
+  const QuantizedTensor qa = quantize_nvfp4(a.data(), 4, 32, QuantScheme::nvfp4(), amax_b);
+  const QuantizedTensor qb = quantize_nvfp4(b.data(), 4, 32, QuantScheme::nvfp4(), amax_b);
+  EXPECT_EQ(qa.global_scale, nvfp4_global_scale(amax_b));
+  EXPECT_EQ(qa.global_scale, qb.global_scale);
+  EXPECT_EQ(qb.global_scale, quantize_nvfp4(b.data(), 4, 32, QuantScheme::nvfp4()).global_scale);
+  EXPECT_NE(own.global_scale, qa.global_scale);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t g = 0; g < 2; ++g) {
+      float m = 0;
+      for (int64_t i = 0; i < 16; ++i) m = std::max(m, std::fabs(a[static_cast<size_t>(r * 32 + g * 16 + i)]));
+      EXPECT_EQ(qa.scales[static_cast<size_t>(r * 2 + g)], nvfp4_block_scale(m, qa.global_scale));
+    }
+  // Still within one unit of each block's effective scale (half the widest
+  // e2m1 gap, 4 to 6; the e4m3 rounding of the block scale can push a value
+  // past 6 by 1/16 at most, clamped at a smaller error).
+  const std::vector<float> d = qa.dequantize();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float unit = qa.scales[i / 16] / qa.global_scale;
+    EXPECT_LE(std::fabs(d[i] - a[i]), unit * (1 + 1e-6f)) << i;
+  }
+  EXPECT_THROW(quantize_nvfp4(a.data(), 4, 32, QuantScheme::nvfp4(), std::numeric_limits<float>::infinity()), Error);
+}
+
 TEST(Nvfp4, RejectsBadInput) {
   std::vector<float> w(20, 1.0f);
   EXPECT_THROW(quantize_nvfp4(w.data(), 1, 20, QuantScheme::nvfp4()), Error);  // 20 % 16

@@ -192,7 +192,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   out.zeros.assign(np, 0);
 
   auto rtn_fallback = [&](const std::string& why) {
-    res.q = quantize_rtn(w, rows, cols, scheme, opts.observer);
+    res.q = quantize_rtn(w, rows, cols, scheme, opts.observer, opts.mse);
     res.loss = rtn_loss(w, res.q);
     res.fallback = name + ": " + why + "; quantized with round-to-nearest instead of GPTQ";
     return res;
@@ -215,13 +215,13 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   // Channel / tensor parameters: once, on the original weight (as the references).
   std::vector<GroupParams> fixed;  // per row (channel), one (tensor)
   if (scheme.strategy == QuantStrategy::Tensor) {
-    fixed.push_back(fit_group(w, rows * cols, 1, scheme, opts.observer));
+    fixed.push_back(fit_group(w, rows * cols, 1, scheme, opts.observer, opts.mse));
     out.scales[0] = fixed[0].scale;
     out.zeros[0] = fixed[0].zero;
   } else if (scheme.strategy == QuantStrategy::Channel) {
     fixed.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
-      fixed[static_cast<size_t>(r)] = fit_group(w + r * cols, cols, 1, scheme, opts.observer);
+      fixed[static_cast<size_t>(r)] = fit_group(w + r * cols, cols, 1, scheme, opts.observer, opts.mse);
       out.scales[static_cast<size_t>(r)] = fixed[static_cast<size_t>(r)].scale;
       out.zeros[static_cast<size_t>(r)] = fixed[static_cast<size_t>(r)].zero;
     }
@@ -237,7 +237,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   if (static_groups) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t g = 0; g < ng; ++g) {
-        const GroupParams p = fit_group(W.data() + r * cols + g * gs, std::min(gs, cols - g * gs), 1, scheme, opts.observer);
+        const GroupParams p = fit_group(W.data() + r * cols + g * gs, std::min(gs, cols - g * gs), 1, scheme, opts.observer, opts.mse);
         const size_t pi = static_cast<size_t>(out.param_index(r, g));
         out.scales[pi] = p.scale;
         out.zeros[pi] = p.zero;
@@ -340,7 +340,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
           GroupParams p;
           if (dynamic_groups) {
             if (i % gs == 0) {
-              cur[static_cast<size_t>(rr)] = fit_group(wr + i, std::min(gs, cols - i), 1, scheme, opts.observer);
+              cur[static_cast<size_t>(rr)] = fit_group(wr + i, std::min(gs, cols - i), 1, scheme, opts.observer, opts.mse);
               const size_t pi = static_cast<size_t>(out.param_index(r, i / gs));
               out.scales[pi] = cur[static_cast<size_t>(rr)].scale;
               out.zeros[pi] = cur[static_cast<size_t>(rr)].zero;

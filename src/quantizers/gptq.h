@@ -102,6 +102,7 @@ struct GptqOptions {
   enum class ActOrder { None, Static, Group, Weight };  // see the header comment
   ActOrder actorder = ActOrder::None;
   RangeObserver observer = RangeObserver::MinMax;
+  MseOptions mse;              // the mse observer's settings (each group is fitted on its own)
   ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global() (do not call from inside one of its tasks)
 };
 const char* actorder_name(GptqOptions::ActOrder a);  // "none", "static", "group", "weight"

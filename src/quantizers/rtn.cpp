@@ -3,16 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
 namespace qf {
 
 namespace {
-
-constexpr int kMseGrid = 100;
-constexpr double kMseMaxShrink = 0.8;
-constexpr double kMseNorm = 2.4;
 
 // (scale, zero) for the range [lo, hi] (lo <= 0 <= hi), scale rounded first.
 GroupParams params_for_range(float lo, float hi, const QuantScheme& s) {
@@ -30,34 +28,83 @@ GroupParams params_for_range(float lo, float hi, const QuantScheme& s) {
   return p;
 }
 
+// One group of values: x[0], x[stride], ..., x[(n-1)*stride].
 template <class T>
-GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
-  float lo = 0.0f, hi = 0.0f;  // ranges always include 0; NaN is ignored
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(x[i * stride]);
+struct GroupView {
+  const T* x;
+  int64_t n, stride;
+  float at(int64_t k) const { return static_cast<float>(x[k * stride]); }
+};
+
+// The group's range, widened to include 0; NaN is ignored.
+template <class T>
+std::pair<float, float> group_range(const GroupView<T>& g) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t i = 0; i < g.n; ++i) {
+    const float v = g.at(i);
     if (v < lo) lo = v;
     if (v > hi) hi = v;
   }
-  GroupParams best = params_for_range(lo, hi, s);
-  if (obs == RangeObserver::MinMax || n == 0) return best;
+  return {lo, hi};
+}
 
-  double best_err = std::numeric_limits<double>::infinity();
-  const int steps = static_cast<int>(kMseMaxShrink * kMseGrid);
-  for (int i = 0; i < steps; ++i) {
-    const float pf = static_cast<float>(1.0 - static_cast<double>(i) / kMseGrid);
-    const GroupParams p = params_for_range(pf * lo, pf * hi, s);
-    double err = 0.0;
-    for (int64_t k = 0; k < n; ++k) {
-      const float v = static_cast<float>(x[k * stride]);
-      const float d = dequantize_value(quantize_value(v, p, s), p) - v;
-      err += std::pow(std::fabs(static_cast<double>(d)), kMseNorm);
+// sum |dequant(q(x)) - x|^norm over the group.
+template <class T>
+double group_error(const GroupView<T>& g, GroupParams p, const QuantScheme& s, double norm) {
+  double err = 0.0;
+  for (int64_t k = 0; k < g.n; ++k) {
+    const float v = g.at(k);
+    const float d = dequantize_value(quantize_value(v, p, s), p) - v;
+    err += std::pow(std::fabs(static_cast<double>(d)), norm);
+  }
+  return err;
+}
+
+// llm-compressor's MSE grid search (see rtn.h) over a set of groups observed
+// together: each group keeps its own best candidate, the early stop looks at
+// all of them.
+template <class T>
+std::vector<GroupParams> mse_search(const std::vector<GroupView<T>>& groups, const QuantScheme& s, const MseOptions& o) {
+  const size_t n = groups.size();
+  std::vector<float> lo(n), hi(n);
+  std::vector<GroupParams> best(n);
+  std::vector<double> best_err(n, std::numeric_limits<double>::infinity());
+  const float expand = static_cast<float>(o.expand);
+  for (size_t g = 0; g < n; ++g) {
+    const auto [l, h] = group_range(groups[g]);
+    lo[g] = l * expand, hi[g] = h * expand;
+    best[g] = params_for_range(lo[g], hi[g], s);
+  }
+  const double total = o.maxshrink * o.grid;
+  const int64_t steps = total > 0 ? static_cast<int64_t>(std::min(total, 1e9)) : 0;
+  int64_t no_improve = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const float pf = static_cast<float>(1.0 - static_cast<double>(i) / o.grid);
+    bool improved = false;
+    for (size_t g = 0; g < n; ++g) {
+      const GroupParams p = params_for_range(pf * lo[g], pf * hi[g], s);
+      const double err = group_error(groups[g], p, s, o.norm);
+      if (err < best_err[g]) {  // strict: the widest range wins ties
+        best_err[g] = err;
+        best[g] = p;
+        improved = true;
+      }
     }
-    if (err < best_err) {  // strict: the widest range wins ties, as the reference
-      best_err = err;
-      best = p;
-    }
+    if (improved) no_improve = 0;
+    else if (++no_improve >= o.patience) break;
   }
   return best;
+}
+
+template <class T>
+GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
+                           const MseOptions& mse) {
+  const GroupView<T> g{x, n, stride};
+  if (obs == RangeObserver::MinMax || n == 0) {
+    const auto [lo, hi] = group_range(g);
+    return params_for_range(lo, hi, s);
+  }
+  return mse_search(std::vector<GroupView<T>>{g}, s, mse).front();
 }
 
 }  // namespace
@@ -96,15 +143,18 @@ uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s) {
   return static_cast<uint8_t>(std::clamp(t, 0.0f, static_cast<float>(s.qmax())));
 }
 
-GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
-  return fit_group_impl(x, n, stride, s, obs);
+GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
+                      const MseOptions& mse) {
+  return fit_group_impl(x, n, stride, s, obs, mse);
 }
 
-GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs) {
-  return fit_group_impl(x, n, stride, s, obs);
+GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
+                      const MseOptions& mse) {
+  return fit_group_impl(x, n, stride, s, obs, mse);
 }
 
-QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme, RangeObserver obs) {
+QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme, RangeObserver obs,
+                             const MseOptions& mse) {
   const std::string where = "rtn " + scheme.describe();
   scheme.validate(where, cols);
   if (rows <= 0 || cols <= 0) throw invalid_input(where, "empty weight [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
@@ -120,11 +170,20 @@ QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const Q
 
   GroupParams tensor_p{};
   if (scheme.strategy == QuantStrategy::Tensor) {
-    tensor_p = fit_group(w, rows * cols, 1, scheme, obs);
+    tensor_p = fit_group(w, rows * cols, 1, scheme, obs, mse);
     t.scales[0] = tensor_p.scale;
     t.zeros[0] = tensor_p.zero;
   }
   const int64_t gs = scheme.strategy == QuantStrategy::Group ? scheme.group_size : cols;
+  // MSE: every group of the weight searched together (one early stop).
+  std::vector<GroupParams> searched;
+  if (obs == RangeObserver::Mse && scheme.strategy != QuantStrategy::Tensor) {
+    std::vector<GroupView<float>> groups;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c0 = 0; c0 < cols; c0 += gs) groups.push_back({w + r * cols + c0, std::min(gs, cols - c0), 1});
+    searched = mse_search(groups, scheme, mse);
+  }
+  size_t gi = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* wr = w + r * cols;
     uint8_t* qr = t.q.data() + r * cols;
@@ -132,7 +191,7 @@ QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const Q
       const int64_t c0 = g * gs, n = std::min(gs, cols - c0);
       GroupParams p = tensor_p;
       if (scheme.strategy != QuantStrategy::Tensor) {
-        p = fit_group(wr + c0, n, 1, scheme, obs);
+        p = searched.empty() ? fit_group(wr + c0, n, 1, scheme, obs) : searched[gi++];
         const size_t pi = static_cast<size_t>(t.param_index(r, g));
         t.scales[pi] = p.scale;
         t.zeros[pi] = p.zero;

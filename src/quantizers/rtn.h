@@ -19,13 +19,18 @@
 //     saturate to it (never inf).
 //   - rounding is round-half-to-even (std::nearbyint), as torch.round.
 //
-// Observers: MinMax uses the range above. Mse is IST-DASLab gptq's (and
-// llm-compressor's mse observer's) shrink search: for i in [0, maxshrink*grid)
-// with grid 100, maxshrink 0.8, it tries the range p*[lo, hi], p = 1 - i/grid,
-// and keeps the first p that strictly minimises sum |dequant(q(x)) - x|^2.4
-// over the group (per row for channel, the whole tensor for tensor). Each
-// candidate's scale is rounded to scale_dtype before it is evaluated; with
-// symmetric schemes the zero point stays 2^(bits-1).
+// Observers: MinMax uses the range above. Mse is llm-compressor's mse
+// observer (observers/mse.py, _grid_search_mse), with its observer_kwargs in
+// MseOptions: for i in [0, int(maxshrink * grid)) it tries the range
+// p * expand * [lo, hi], p = 1 - i / grid, and keeps for each group the first
+// p that strictly minimises sum |dequant(q(x)) - x|^norm over the group (per
+// row for channel, the whole tensor for tensor). The search stops early once
+// `patience` consecutive candidates improved no group of the tensor
+// (quantize_rtn: every group of the weight, as llm-compressor observes the
+// whole weight at once; fit_group: the one group it fits). Each candidate's
+// scale is rounded to scale_dtype before it is evaluated; with symmetric
+// schemes the zero point stays 2^(bits-1). IST-DASLab gptq's search is
+// MseOptions{maxshrink 0.8, patience none (INT64_MAX)}.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +42,20 @@ namespace qf {
 enum class RangeObserver { MinMax, Mse };
 const char* observer_name(RangeObserver o);  // "minmax", "mse"
 
+// The mse observer's settings: llm-compressor's observer_kwargs and defaults.
+struct MseOptions {
+  double maxshrink = 0.20;  // int(maxshrink * grid) candidates
+  int64_t patience = 5;     // consecutive candidates without improvement before stopping
+  double grid = 100.0;      // candidate p = 1 - i / grid
+  double norm = 2.4;        // error exponent
+  double expand = 1.0;      // the search starts from expand * [lo, hi] (>= 1)
+};
+
 // Round-to-nearest of a row-major [rows, cols] f32 weight under `scheme`.
 // Throws qf::Error (InvalidInput) for an invalid scheme (QuantScheme::validate,
 // group size must divide cols) or empty shapes. g_idx stays empty (identity).
 QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
-                             RangeObserver obs = RangeObserver::MinMax);
+                             RangeObserver obs = RangeObserver::MinMax, const MseOptions& mse = {});
 
 // The group quantizer shared by RTN and GPTQ.
 struct GroupParams {
@@ -50,10 +64,12 @@ struct GroupParams {
 };
 
 // Fits (scale, zero) to the n values x[0], x[stride], ..., x[(n-1)*stride].
-GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs);
+GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
+                      const MseOptions& mse = {});
 // Same, for values held in double (GPTQ's working copy); each value is first
 // converted to f32, so the result equals fit_group on the f32 values.
-GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs);
+GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
+                      const MseOptions& mse = {});
 
 // clamp(round(x / scale) + zero, 0, qmax); x / scale in f32 as torch does.
 uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s);

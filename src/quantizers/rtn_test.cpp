@@ -1,6 +1,7 @@
 #include "quantizers/rtn.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -153,9 +154,15 @@ TEST(Rtn, MseObserverNotWorseThanMinMax) {
       QuantScheme::make(4, true, QuantStrategy::Group, 64), QuantScheme::make(3, false, QuantStrategy::Group, 128),
       QuantScheme::make(4, true, QuantStrategy::Channel, 0), QuantScheme::make(4, false, QuantStrategy::Channel, 0),
       QuantScheme::make(4, true, QuantStrategy::Tensor, 0),  QuantScheme::make(8, true, QuantStrategy::Channel, 0)};
+  // IST-DASLab gptq's wide search (down to 20% of the range, no early stop),
+  // which must find the outlier-free ranges.
+  const MseOptions wide{0.8, INT64_MAX, 100.0, 2.4, 1.0};
   for (const QuantScheme& s : schemes) {
     const QuantizedTensor a = quantize_rtn(w.data(), rows, cols, s, RangeObserver::MinMax);
-    const QuantizedTensor b = quantize_rtn(w.data(), rows, cols, s, RangeObserver::Mse);
+    const QuantizedTensor b = quantize_rtn(w.data(), rows, cols, s, RangeObserver::Mse, wide);
+    // llm-compressor's default search is never worse than min/max either.
+    EXPECT_LE(err_norm(w, quantize_rtn(w.data(), rows, cols, s, RangeObserver::Mse), 2.4), err_norm(w, a, 2.4) * (1 + 1e-12))
+        << s.describe();
     EXPECT_NO_THROW(b.validate("mse"));
     const double ea = err_norm(w, a, 2.4), eb = err_norm(w, b, 2.4);
     EXPECT_LE(eb, ea) << s.describe();
@@ -171,6 +178,90 @@ TEST(Rtn, MseObserverNotWorseThanMinMax) {
   const QuantizedTensor t = quantize_rtn(w.data(), rows, cols, QuantScheme::make(4, true, QuantStrategy::Tensor, 0), RangeObserver::Mse);
   EXPECT_EQ(t.scales.size(), 1u);
   EXPECT_EQ(t.zeros.size(), 1u);
+}
+
+// llm-compressor's _grid_search_mse, written out plainly for the groups of
+// one weight (rows x groups of `gs` columns, or one group for tensor): the
+// reference the implementation must match bit for bit.
+std::vector<float> reference_mse_scales(const std::vector<float>& w, int64_t rows, int64_t cols, const QuantScheme& s,
+                                        const MseOptions& o) {
+  const int64_t gs = s.strategy == QuantStrategy::Group ? s.group_size : s.strategy == QuantStrategy::Channel ? cols : rows * cols;
+  const int64_t ng = rows * cols / gs;
+  std::vector<float> lo(ng, 0), hi(ng, 0), best(ng);
+  std::vector<double> best_err(ng, INFINITY);
+  for (int64_t g = 0; g < ng; ++g) {
+    for (int64_t k = 0; k < gs; ++k) lo[g] = std::min(lo[g], w[g * gs + k]), hi[g] = std::max(hi[g], w[g * gs + k]);
+    lo[g] *= static_cast<float>(o.expand), hi[g] *= static_cast<float>(o.expand);
+    best[g] = fit_group(std::vector<float>{lo[g], hi[g]}.data(), 2, 1, s, RangeObserver::MinMax).scale;
+  }
+  int64_t bad = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(o.maxshrink * o.grid); ++i) {
+    const float p = static_cast<float>(1.0 - static_cast<double>(i) / o.grid);
+    bool any = false;
+    for (int64_t g = 0; g < ng; ++g) {
+      const GroupParams gp = fit_group(std::vector<float>{p * lo[g], p * hi[g]}.data(), 2, 1, s, RangeObserver::MinMax);
+      double e = 0;
+      for (int64_t k = 0; k < gs; ++k) {
+        const float x = w[g * gs + k];
+        e += std::pow(std::fabs(static_cast<double>(dequantize_value(quantize_value(x, gp, s), gp) - x)), o.norm);
+      }
+      if (e < best_err[g]) best_err[g] = e, best[g] = gp.scale, any = true;
+    }
+    if (any) bad = 0;
+    else if (++bad >= o.patience) break;
+  }
+  return best;
+}
+
+TEST(Rtn, MseObserverOptionsAreLlmCompressors) {
+  const int64_t rows = 8, cols = 256;
+  // Heavy-tailed data (4 * u^5, u uniform in [-1, 1]): most values small, so
+  // shrinking the range pays, more so at 2 bits (best ranges near 65% of
+  // min/max, past the default search) than at 4 (within it, where the early
+  // stop decides).
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  uint64_t st = 12345;  // xorshift64*, uniform u in [-1, 1)
+  for (float& x : w) {
+    st ^= st >> 12, st ^= st << 25, st ^= st >> 27;
+    const float u = static_cast<float>((st * 0x2545F4914F6CDD1DULL) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    x = 4.0f * u * u * u * u * u;
+  }
+  const QuantScheme g2 = QuantScheme::make(2, true, QuantStrategy::Group, 64);
+  const QuantScheme g4 = QuantScheme::make(4, true, QuantStrategy::Group, 64);
+  const QuantScheme ch = QuantScheme::make(3, false, QuantStrategy::Channel, 0);
+  const QuantScheme tn = QuantScheme::make(4, true, QuantStrategy::Tensor, 0);
+  const MseOptions defaults;  // maxshrink 0.2, patience 5, grid 100, norm 2.4, expand 1
+  EXPECT_EQ(defaults.maxshrink, 0.2);
+  EXPECT_EQ(defaults.patience, 5);
+  EXPECT_EQ(defaults.grid, 100.0);
+  EXPECT_EQ(defaults.norm, 2.4);
+  EXPECT_EQ(defaults.expand, 1.0);
+  const std::vector<MseOptions> options = {defaults,
+                                           {0.8, INT64_MAX, 100.0, 2.4, 1.0},  // IST-DASLab gptq's search
+                                           {0.8, 1, 100.0, 2.4, 1.0},
+                                           {0.5, 3, 40.0, 2.0, 1.0},
+                                           {0.3, 5, 100.0, 2.4, 1.25}};
+  std::vector<std::vector<float>> per_option(options.size());
+  for (const QuantScheme& s : {g2, g4, ch, tn})
+    for (size_t i = 0; i < options.size(); ++i) {
+      const MseOptions& o = options[i];
+      const QuantizedTensor q = quantize_rtn(w.data(), rows, cols, s, RangeObserver::Mse, o);
+      EXPECT_EQ(q.scales, reference_mse_scales(w, rows, cols, s, o)) << s.describe() << " option " << i;
+      if (s.strategy == QuantStrategy::Group) per_option[i].insert(per_option[i].end(), q.scales.begin(), q.scales.end());
+    }
+  // Each option changes the result on this data (so none can be ignored
+  // unnoticed by the comparison above).
+  for (size_t i = 0; i < per_option.size(); ++i)
+    for (size_t j = i + 1; j < per_option.size(); ++j) EXPECT_NE(per_option[i], per_option[j]) << i << " vs " << j;
+  // The default search never shrinks a range below 81% (20 candidates, p >= 0.81).
+  const QuantizedTensor mm = quantize_rtn(w.data(), rows, cols, g2, RangeObserver::MinMax);
+  const QuantizedTensor d = quantize_rtn(w.data(), rows, cols, g2, RangeObserver::Mse);
+  for (size_t i = 0; i < d.scales.size(); ++i) EXPECT_GE(d.scales[i], 0.8f * mm.scales[i]);
+  // fit_group (GPTQ's per-group fit) runs the same search on its one group.
+  for (const MseOptions& o : options)
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(fit_group(w.data() + r * cols, cols, 1, ch, RangeObserver::Mse, o).scale,
+                reference_mse_scales(std::vector<float>(w.begin() + r * cols, w.begin() + (r + 1) * cols), 1, cols, ch, o)[0]);
 }
 
 TEST(Rtn, ChannelAndTensorStrategies) {

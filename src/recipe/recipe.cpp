@@ -347,6 +347,15 @@ class Parser {
   void parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
   std::string parse_actorder(const YAML::Node& n, const std::string& path);
   std::string parse_observer(const YAML::Node& n, const std::string& path);
+  std::string parse_act_observer(const YAML::Node& n, const std::string& path);
+  void check_static_act_observer(const std::string& name, const YAML::Node& n, const std::string& path);
+  void parse_weight_observer_kwargs(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
+  void check_dtype_arg(const YAML::Node& n, const std::string& path, const std::vector<std::string>& accepted,
+                       const std::string& why);
+
+  // The modifier's weight observer override (weight_observer / observer.weights)
+  // while its config_groups are parsed: empty when none.
+  std::string weight_obs_override_;
   void parse_calibration(const Entry& e, CalibrationSpec& c);
   void parse_export(const Entry& e, ExportSpec& x);
 };
@@ -497,16 +506,52 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
   if (a.has("group")) m.group = as_string(a.get("group"), kind + ".group");
   for (const char* k : {"index", "start", "end", "update"})
     if (a.has(k)) as_double(a.get(k), kind + "." + k);
-  if (a.has("requires_calibration_data")) as_bool(a.get("requires_calibration_data"), kind + ".requires_calibration_data");
+  if (a.has("requires_calibration_data"))
+    m.requires_calibration_data = as_bool(a.get("requires_calibration_data"), kind + ".requires_calibration_data");
 
   if (a.has("targets")) m.targets = as_patterns(a.get("targets"), kind + ".targets");
   if (a.has("ignore")) m.ignore = as_patterns(a.get("ignore"), kind + ".ignore");
-  if (a.has("bypass_divisibility_checks"))
+  if (a.has("bypass_divisibility_checks")) {
     m.bypass_divisibility_checks = as_bool(a.get("bypass_divisibility_checks"), kind + ".bypass_divisibility_checks");
+    m.bypass_where = pos(mark(a.find("bypass_divisibility_checks")->key_node));
+  }
   if (a.has("kv_cache_scheme") && !a.get("kv_cache_scheme").IsNull())
     m.kv_cache_scheme = parse_activations(a.get("kv_cache_scheme"), kind + ".kv_cache_scheme", true);
-  for (const char* k : {"input_observer", "output_observer"})
-    if (a.has(k)) parse_observer(a.get(k), kind + "." + k);
+
+  // Observer overrides (mixin._apply_observer_overrides), read before the
+  // groups: a weight observer override decides which observer_kwargs apply.
+  if (a.has("observer"))
+    for (const char* k : {"weight_observer", "input_observer", "output_observer"})
+      if (a.has(k))
+        fail(a.find("observer")->key_node,
+             kind + ": set either 'observer' or 'weight_observer'/'input_observer'/'output_observer', not both");
+  std::string weight_obs, input_obs;
+  YAML::Node weight_obs_node, input_obs_node;
+  if (a.has("weight_observer")) {
+    weight_obs_node = a.get("weight_observer");
+    weight_obs = parse_observer(weight_obs_node, kind + ".weight_observer");
+  }
+  if (a.has("input_observer")) {
+    input_obs_node = a.get("input_observer");
+    input_obs = parse_act_observer(input_obs_node, kind + ".input_observer");
+  }
+  // Output activations are never quantized (rejected), so an output observer
+  // has nothing to observe, as in llm-compressor: the name is only checked.
+  if (a.has("output_observer")) parse_act_observer(a.get("output_observer"), kind + ".output_observer");
+  if (a.has("observer")) {
+    static const std::vector<std::string> obs_keys = {"weights", "input", "output"};
+    Entries o = entries(a.get("observer"), kind + ".observer", &obs_keys);
+    for (const Entry& e : o.items) {
+      if (e.key == "weights") {
+        weight_obs_node = e.value;
+        weight_obs = parse_observer(e.value, kind + ".observer." + e.key);
+      } else {
+        const std::string v = parse_act_observer(e.value, kind + ".observer." + e.key);
+        if (e.key == "input") input_obs = v, input_obs_node = e.value;
+      }
+    }
+  }
+  weight_obs_override_ = weight_obs;
 
   // scheme / config_groups
   const bool has_scheme = a.has("scheme");
@@ -580,22 +625,20 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
     r.modifiers.erase(std::next(q).base());
   }
 
-  // Observer overrides (mixin._apply_observer_overrides).
-  if (a.has("weight_observer") && a.has("observer"))
-    fail(a.find("observer")->key_node,
-         kind + ": set either 'observer' or 'weight_observer'/'input_observer'/'output_observer', not both");
-  std::string weight_obs;
-  if (a.has("weight_observer")) weight_obs = parse_observer(a.get("weight_observer"), kind + ".weight_observer");
-  if (a.has("observer")) {
-    static const std::vector<std::string> obs_keys = {"weights", "input", "output"};
-    Entries o = entries(a.get("observer"), kind + ".observer", &obs_keys);
-    for (const Entry& e : o.items) {
-      const std::string v = parse_observer(e.value, kind + ".observer." + e.key);
-      if (e.key == "weights") weight_obs = v;
-    }
-  }
+  // The overrides apply to every group (presets included).
+  weight_obs_override_.clear();
   if (!weight_obs.empty())
-    for (auto& g : m.groups) g.observer = weight_obs;
+    for (auto& g : m.groups) {
+      if (weight_obs == "mse" && g.quantize_weights && g.weights.is_float())
+        fail(weight_obs_node, kind + ": observer 'mse' is implemented for integer weights; " + g.name + " is " +
+                                  g.weights.describe() + " (FP8 and NVFP4 weights use minmax)",
+             ErrorKind::Unsupported);
+      g.observer = weight_obs;
+    }
+  if (!input_obs.empty())
+    for (const auto& g : m.groups)
+      if (g.input_activations && g.input_activations->needs_calibration())
+        check_static_act_observer(input_obs, input_obs_node, kind + " (input observer of " + g.name + ")");
 
   if (gptq) {
     if (a.has("block_size")) {
@@ -609,8 +652,20 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
     }
     if (a.has("offload_hessians")) m.offload_hessians = as_bool(a.get("offload_hessians"), kind + ".offload_hessians");
     if (a.has("sequential_update")) as_bool(a.get("sequential_update"), kind + ".sequential_update");
-    if (a.has("sequential_targets"))
-      m.sequential_targets = as_string_list(a.get("sequential_targets"), kind + ".sequential_targets");
+    if (a.has("sequential_targets")) {
+      // The unit the sequential pipeline calibrates and propagates (older
+      // llm-compressor; default: the model's no-split modules, its decoder
+      // layers). quantforge's unit is always the decoder layer.
+      const YAML::Node st = a.get("sequential_targets");
+      m.sequential_targets = as_string_list(st, kind + ".sequential_targets");
+      for (size_t i = 0; i < m.sequential_targets.size(); ++i)
+        if (!ends_with(m.sequential_targets[i], "DecoderLayer"))
+          fail(st.IsSequence() ? st[i] : st,
+               kind + ".sequential_targets: " + quote(m.sequential_targets[i]) +
+                   " is not supported: the sequential unit here is the decoder layer (e.g. LlamaDecoderLayer, "
+                   "llm-compressor's default)",
+               ErrorKind::Unsupported);
+    }
 
     // GPTQModifier.resolve_quantization_config: the modifier's actorder
     // (default "static") applies to every group; an explicit one that differs
@@ -652,7 +707,10 @@ ModifierSpec::Group Parser::parse_scheme(const Entry& e, const std::string& path
          ErrorKind::Unsupported);
   if (s.has("input_activations") && !s.get("input_activations").IsNull())
     g.input_activations = parse_activations(s.get("input_activations"), path + ".input_activations", false);
-  if (s.has("format")) as_string(s.get("format"), path + ".format");
+  if (s.has("format")) {
+    g.format = as_string(s.get("format"), path + ".format");
+    g.format_where = pos(mark(s.get("format")));
+  }
   if (s.has("weights")) {
     parse_weights(s.get("weights"), path + ".weights", g);
   } else {
@@ -769,12 +827,82 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
     g.scale_dtype_set = true;
   }
   if (w.is_nvfp4()) g.scale_dtype_set = true;
-  if (a.has("zp_dtype")) as_string(a.get("zp_dtype"), path + ".zp_dtype");  // integer zero points either way
-  if (a.has("observer")) g.observer = parse_observer(a.get("observer"), path + ".observer");
-  if (a.has("observer_kwargs")) {
-    Entries kw = entries(a.get("observer_kwargs"), path + ".observer_kwargs");
-    for (const Entry& e : kw.items) g.observer_kwargs[e.key] = as_string(e.value, path + ".observer_kwargs." + e.key);
+  // compressed-tensors' default zero-point dtype: int8 for int weights (their
+  // zero points are stored as int8 / packed int32), e4m3 for float ones.
+  if (a.has("zp_dtype"))
+    check_dtype_arg(a.get("zp_dtype"), path + ".zp_dtype", {is_float ? "float8_e4m3fn" : "int8"},
+                    is_float ? "float weights have no zero point" : "integer zero points are written as int8");
+  if (a.has("observer")) {
+    g.observer = parse_observer(a.get("observer"), path + ".observer");
+    if (g.observer == "mse" && is_float && weight_obs_override_.empty())
+      fail(a.get("observer"), path + ".observer: 'mse' is implemented for integer weights, not " + w.describe() +
+                                  " (FP8 and NVFP4 weights use minmax)",
+           ErrorKind::Unsupported);
   }
+  if (a.has("observer_kwargs")) parse_weight_observer_kwargs(a.get("observer_kwargs"), path + ".observer_kwargs", g);
+}
+
+// observer_kwargs of a weights QuantizationArgs, for the observer the group
+// ends up with (the modifier's override, else its own). llm-compressor passes
+// them to the observer's constructor, which reads the keys it knows and
+// ignores the rest; here an unknown key is an error.
+void Parser::parse_weight_observer_kwargs(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g) {
+  const std::string obs = weight_obs_override_.empty() ? g.observer : weight_obs_override_;
+  // mse: the grid search's settings (observers/mse.py); chunk_size only
+  // batches candidates for torch.compile and averaging_constant belongs to the
+  // moving average, which weights never use (observed once): both are checked
+  // and have no effect, as in llm-compressor's one-shot runs. minmax: weights
+  // are observed once, so its averaging_constant has no effect either.
+  static const std::vector<std::string> mse_keys = {"maxshrink", "patience", "grid", "norm", "expand", "chunk_size",
+                                                    "averaging_constant"};
+  static const std::vector<std::string> minmax_keys = {"averaging_constant"};
+  const std::vector<std::string>& keys = obs == "mse" ? mse_keys : minmax_keys;
+  Entries kw = entries(n, path);
+  for (const Entry& e : kw.items) {
+    if (std::find(keys.begin(), keys.end(), e.key) == keys.end()) {
+      const std::vector<std::string> all = mse_keys;
+      const bool mse_only = std::find(all.begin(), all.end(), e.key) != all.end();
+      const std::string c = closest(e.key, keys);
+      fail(e.key_node, path + ": unknown key " + quote(e.key) + " for the " + quote(obs == "mse" ? "mse" : "minmax") +
+                           " observer (" +
+                           (mse_only ? quote(e.key) + " is the mse observer's" :
+                            c.empty() ? "valid keys: " + join(keys) : "did you mean " + quote(c) + "?") +
+                           ")");
+    }
+    const std::string kp = path + "." + e.key;
+    if (e.key == "patience" || e.key == "chunk_size") {
+      const int64_t v = as_int(e.value, kp);
+      if (e.key == "patience" && v < 0) fail(e.value, kp + ": must be >= 0, got " + std::to_string(v));
+      if (e.key == "chunk_size" && v < 1) fail(e.value, kp + ": must be >= 1, got " + std::to_string(v));
+      if (e.key == "patience") g.mse.patience = v;
+    } else {
+      const double v = as_double(e.value, kp);
+      if (e.key == "averaging_constant") {
+        if (!(v >= 0 && v <= 1)) fail(e.value, kp + ": must be in [0, 1]");
+      } else if (e.key == "expand") {
+        if (!(v >= 1)) fail(e.value, kp + ": must be >= 1 (the search starts from expand times the range)");
+        g.mse.expand = v;
+      } else {
+        if (!(v > 0)) fail(e.value, kp + ": must be > 0");
+        if (e.key == "maxshrink" && v > 1) fail(e.value, kp + ": must be <= 1 (a fraction of the range)");
+        (e.key == "maxshrink" ? g.mse.maxshrink : e.key == "grid" ? g.mse.grid : g.mse.norm) = v;
+      }
+    }
+    g.observer_kwargs[e.key] = e.value.Scalar();
+  }
+}
+
+// A dtype argument quantforge cannot choose: null, or one of `accepted`
+// (optionally "torch."-prefixed); anything else is Unsupported with `why`.
+void Parser::check_dtype_arg(const YAML::Node& n, const std::string& path, const std::vector<std::string>& accepted,
+                             const std::string& why) {
+  if (n.IsNull()) return;
+  std::string t = as_string(n, path);
+  if (t.rfind("torch.", 0) == 0) t = t.substr(6);
+  if (std::find(accepted.begin(), accepted.end(), t) == accepted.end())
+    fail(n, path + ": " + quote(t) + " is not supported (" + why + (accepted.empty() ? "" : "; accepted: " + join(accepted)) +
+                ")",
+         ErrorKind::Unsupported);
 }
 
 // input_activations / kv_cache_scheme QuantizationArgs. Defaults as
@@ -815,10 +943,27 @@ ActivationScheme Parser::parse_activations(const YAML::Node& n, const std::strin
     fail(a.get("block_structure"), path + ".block_structure: block activation scales are not supported", ErrorKind::Unsupported);
   if (a.has("actorder") && !a.get("actorder").IsNull())
     fail(a.get("actorder"), path + ".actorder: act-order applies to weights");
-  if (a.has("observer")) parse_observer(a.get("observer"), path + ".observer");
-  if (a.has("scale_dtype")) as_string(a.get("scale_dtype"), path + ".scale_dtype");
-  if (a.has("zp_dtype")) as_string(a.get("zp_dtype"), path + ".zp_dtype");
-  if (a.has("observer_kwargs")) entries(a.get("observer_kwargs"), path + ".observer_kwargs");
+  // Static scales (and NVFP4's global scale, and the KV cache's) are the
+  // running min/max over every calibration sample: static_minmax. Dynamic
+  // activations have no observer (llm-compressor drops it): names are checked.
+  const bool calibrated = kv_cache || !s.dynamic || (s.type == QuantType::Float && s.bits == 4);
+  if (a.has("observer")) {
+    const std::string o = parse_act_observer(a.get("observer"), path + ".observer");
+    if (calibrated) check_static_act_observer(o, a.get("observer"), path + ".observer");
+  }
+  if (a.has("observer_kwargs")) {
+    Entries kw = entries(a.get("observer_kwargs"), path + ".observer_kwargs");
+    if (calibrated && !kw.items.empty())
+      fail(kw.items.front().key_node, path + ".observer_kwargs: unknown key " + quote(kw.items.front().key) +
+                                          " (static_minmax, the observer of calibrated scales, takes no arguments)");
+  }
+  const bool fp4 = s.type == QuantType::Float && s.bits == 4;
+  if (a.has("scale_dtype"))
+    check_dtype_arg(a.get("scale_dtype"), path + ".scale_dtype", fp4 ? std::vector<std::string>{"float8_e4m3fn"} : std::vector<std::string>{},
+                    fp4 ? "NVFP4 block scales are float8_e4m3fn" : "input and KV-cache scales are stored in the model's dtype");
+  if (a.has("zp_dtype"))
+    check_dtype_arg(a.get("zp_dtype"), path + ".zp_dtype", {s.type == QuantType::Float ? "float8_e4m3fn" : "int8"},
+                    s.type == QuantType::Float ? "float activations have no zero point" : "zero points are int8");
   if (strategy == "token") s.strategy = QuantStrategy::Token;
   else if (strategy == "tensor") s.strategy = QuantStrategy::Tensor;
   else if (strategy == "tensor_group") s.strategy = QuantStrategy::TensorGroup, s.group_size = group_size.value_or(0);
@@ -947,6 +1092,33 @@ std::string Parser::parse_observer(const YAML::Node& n, const std::string& path)
   const std::string c = closest(l, {"minmax", "mse", "memoryless_minmax", "memoryless_mse", "static_minmax"});
   fail(n, path + ": unknown observer " + quote(s) + " (" +
               (c.empty() ? std::string("minmax or mse") : "did you mean " + quote(c) + "?") + ")");
+}
+
+// An activation observer name, canonical: llm-compressor's registry names
+// (minmax is a moving average over calibration batches, static_minmax the
+// running min/max, memoryless_minmax the last batch only).
+std::string Parser::parse_act_observer(const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return "static_minmax";
+  const std::string s = as_string(n, path);
+  const std::string l = lower(s);
+  static const std::vector<std::string> known = {"minmax", "static_minmax", "memoryless_minmax", "mse",
+                                                 "memoryless_mse", "imatrix_mse", "nvfp4_expanded_mse"};
+  if (l == "memoryless") return "memoryless_minmax";
+  if (std::find(known.begin(), known.end(), l) != known.end()) return l;
+  const std::string c = closest(l, known);
+  fail(n, path + ": unknown observer " + quote(s) + " (" +
+              (c.empty() ? std::string("static_minmax, minmax, memoryless_minmax or mse") : "did you mean " + quote(c) + "?") + ")");
+}
+
+void Parser::check_static_act_observer(const std::string& name, const YAML::Node& n, const std::string& path) {
+  if (name == "static_minmax") return;
+  const std::string what = name == "minmax" ? " (a moving average over calibration batches)"
+                           : name == "memoryless_minmax" ? " (the last calibration batch only)"
+                                                         : "";
+  fail(n, path + ": observer " + quote(name) + what +
+              " is not supported for calibrated input or KV-cache scales; quantforge takes the running min/max over "
+              "every calibration sample (static_minmax)",
+       ErrorKind::Unsupported);
 }
 
 void Parser::parse_calibration(const Entry& e, CalibrationSpec& c) {

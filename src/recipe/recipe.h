@@ -19,9 +19,10 @@
 // "FILE:LINE:COLUMN: what (hint)" with 1-based line and column.
 //
 // Not checked here: whether a group size divides a layer's input columns
-// (the pipeline checks that per layer with QuantScheme::validate(where, cols)
-// unless `bypass_divisibility_checks` is set), and whether targets match any
-// module of the model.
+// (make_quantize_plan checks that per layer; `bypass_divisibility_checks`
+// only changes the message, since no such layer can be quantized), whether
+// a scheme's `format` is the one it will be written in, and whether targets
+// match any module of the model.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@
 
 #include "quantizers/act_quant.h"
 #include "quantizers/quant_scheme.h"
+#include "quantizers/rtn.h"
 
 namespace qf {
 
@@ -69,9 +71,15 @@ struct ModifierSpec {
     // (default "static" -> "weight"); QuantizationModifier (RTN) ignores it.
     std::string actorder;
     std::string observer = "minmax";      // "minmax" | "mse" (memoryless_/static_ variants map here)
+    // The weights' observer_kwargs as written (raw scalars, e.g. {"maxshrink": "0.5"}),
+    // and the mse observer's settings they give (llm-compressor's defaults otherwise).
+    std::map<std::string, std::string> observer_kwargs;
+    MseOptions mse;
     // The group's input_activations (nullopt: weight-only).
     std::optional<ActivationScheme> input_activations;
-    std::map<std::string, std::string> observer_kwargs;  // raw scalars, e.g. {"maxshrink": "0.2"}
+    // The scheme's `format` (empty: not given) and its position: it must name
+    // the compressed-tensors format the scheme is written in (the plan checks).
+    std::string format, format_where;
   };
   std::vector<Group> groups;
 
@@ -79,9 +87,17 @@ struct ModifierSpec {
   int64_t block_size = 128;
   double dampening_frac = 0.01;
   bool offload_hessians = false;          // accepted, no effect
-  std::vector<std::string> sequential_targets;  // accepted (older llm-compressor), advisory only
-  // QuantizationMixin
+  // Older llm-compressor's sequential unit; only decoder-layer classes
+  // (`*DecoderLayer`, the unit used here) are accepted.
+  std::vector<std::string> sequential_targets;
+  // QuantizationMixin: skips llm-compressor's early check that a group size
+  // divides each layer's columns; such a layer still cannot be quantized (the
+  // plan reports it at `bypass_where`).
   bool bypass_divisibility_checks = false;
+  std::string bypass_where;
+  // Modifier base field: true demands calibration data even for a method that
+  // needs none (llm-compressor then picks its calibration pipeline).
+  bool requires_calibration_data = false;
   // kv_cache_scheme: FP8 E4M3, static per-tensor k/v scales (nullopt: none).
   std::optional<ActivationScheme> kv_cache_scheme;
 

@@ -591,6 +591,140 @@ TEST(Recipe, ActivationAndFloatPresets) {
   EXPECT_EQ(scheme_for(m, "model.layers.0.self_attn.q_proj")->name, "b");
 }
 
+// ---- every accepted key has its effect or is refused ----------------------------
+
+// observer_kwargs: the mse observer's settings, checked and kept (typed for the
+// quantizer, raw for the exported config); other observers' keys refused.
+TEST(Recipe, ObserverKwargs) {
+  auto group = [](const std::string& weights, const std::string& extra = "") {
+    return one_modifier(extra + "      config_groups:\n        g:\n          targets: [Linear]\n          weights: " +
+                            weights + "\n",
+                        "QuantizationModifier")
+        .modifiers[0]
+        .groups[0];
+  };
+  const auto d = group("{num_bits: 4, group_size: 128, observer: mse}");
+  EXPECT_EQ(d.observer, "mse");
+  EXPECT_EQ(d.mse.maxshrink, 0.2);  // llm-compressor's defaults
+  EXPECT_EQ(d.mse.patience, 5);
+  EXPECT_EQ(d.mse.grid, 100.0);
+  EXPECT_EQ(d.mse.norm, 2.4);
+  EXPECT_TRUE(d.observer_kwargs.empty());
+  const auto g = group("{num_bits: 4, group_size: 128, observer: mse, observer_kwargs: {maxshrink: 0.5, patience: 2, "
+                       "grid: 50, norm: 2, expand: 1.5, chunk_size: 10, averaging_constant: 0.1}}");
+  EXPECT_EQ(g.mse.maxshrink, 0.5);
+  EXPECT_EQ(g.mse.patience, 2);
+  EXPECT_EQ(g.mse.grid, 50.0);
+  EXPECT_EQ(g.mse.norm, 2.0);
+  EXPECT_EQ(g.mse.expand, 1.5);
+  EXPECT_EQ(g.observer_kwargs.at("maxshrink"), "0.5");
+  EXPECT_EQ(g.observer_kwargs.size(), 7u);
+  // The modifier's weight_observer decides which keys apply.
+  EXPECT_EQ(group("{num_bits: 4, group_size: 128, observer_kwargs: {patience: 9}}", "      weight_observer: mse\n").mse.patience, 9);
+  // minmax reads averaging_constant only (no effect on weights, observed once).
+  EXPECT_EQ(group("{num_bits: 4, group_size: 128, observer_kwargs: {averaging_constant: 0.5}}").observer, "minmax");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {num_bits: 4, group_size: 128, observer_kwargs: {maxshrink: 0.5}}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:69: QuantizationModifier.config_groups.g.weights.observer_kwargs: unknown key 'maxshrink' for the "
+               "'minmax' observer ('maxshrink' is the mse observer's)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {observer: mse, observer_kwargs: {max_shrink: 0.5}}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:54: QuantizationModifier.config_groups.g.weights.observer_kwargs: unknown key 'max_shrink' for the "
+               "'mse' observer (did you mean 'maxshrink'?)");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {observer: mse, observer_kwargs: {patience: -1}}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:64: QuantizationModifier.config_groups.g.weights.observer_kwargs.patience: must be >= 0, got -1");
+  expect_error("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+               "          targets: [Linear]\n          weights: {observer: mse, observer_kwargs: {expand: 0.5}}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:7:62: QuantizationModifier.config_groups.g.weights.observer_kwargs.expand: must be >= 1 (the search "
+               "starts from expand times the range)");
+}
+
+// Observers: mse is implemented for integer weights only; calibrated
+// activation scales are static_minmax; dynamic activations have no observer.
+TEST(Recipe, ObserversEitherApplyOrAreRefused) {
+  const std::string q = "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n";
+  expect_error(q + "      scheme: FP8\n      weight_observer: mse\n", ErrorKind::Unsupported,
+               "r.yaml:5:24: QuantizationModifier: observer 'mse' is implemented for integer weights; group_0 is fp8 "
+               "tensor (FP8 and NVFP4 weights use minmax)");
+  expect_error(q + "      config_groups:\n        g:\n          targets: [Linear]\n"
+                   "          weights: {num_bits: 8, type: float, strategy: channel, observer: mse}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:7:76: QuantizationModifier.config_groups.g.weights.observer: 'mse' is implemented for integer "
+               "weights, not fp8 channel (FP8 and NVFP4 weights use minmax)");
+  expect_error(q + "      scheme: FP8\n      input_observer: minmax\n", ErrorKind::Unsupported,
+               "r.yaml:5:23: QuantizationModifier (input observer of group_0): observer 'minmax' (a moving average over "
+               "calibration batches) is not supported for calibrated input or KV-cache scales; quantforge takes the "
+               "running min/max over every calibration sample (static_minmax)");
+  expect_error(q + "      scheme: NVFP4\n      observer: {input: memoryless_minmax}\n", ErrorKind::Unsupported,
+               "r.yaml:5:25: QuantizationModifier (input observer of group_0): observer 'memoryless_minmax' (the last "
+               "calibration batch only) is not supported for calibrated input or KV-cache scales; quantforge takes the "
+               "running min/max over every calibration sample (static_minmax)");
+  expect_error(q + "      scheme: W4A16\n      kv_cache_scheme: {num_bits: 8, type: float, strategy: tensor, observer: mse}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:5:79: QuantizationModifier.kv_cache_scheme.observer: observer 'mse' is not supported for "
+               "calibrated input or KV-cache scales; quantforge takes the running min/max over every calibration sample "
+               "(static_minmax)");
+  expect_error(q + "      scheme: FP8\n      input_observer: static_minmax\n      observer: {weights: minmax}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:6:7: QuantizationModifier: set either 'observer' or 'weight_observer'/'input_observer'/"
+               "'output_observer', not both");
+  // What is accepted: static_minmax for calibrated scales, anything known for
+  // dynamic ones (no observer runs), output observers (no output activations).
+  EXPECT_NO_THROW(parse_recipe_text(q + "      scheme: FP8\n      input_observer: static_minmax\n", "r.yaml"));
+  EXPECT_NO_THROW(parse_recipe_text(q + "      scheme: FP8_DYNAMIC\n      input_observer: minmax\n      "
+                                        "output_observer: mse\n", "r.yaml"));
+  EXPECT_NO_THROW(parse_recipe_text(q + "      scheme: W4A16\n      kv_cache_scheme: {num_bits: 8, type: float, "
+                                        "strategy: tensor, observer: static_minmax}\n", "r.yaml"));
+  expect_error(q + "      config_groups:\n        g:\n          targets: [Linear]\n          weights: {num_bits: 8}\n"
+                   "          input_activations: {num_bits: 8, strategy: tensor, observer_kwargs: {averaging_constant: 0.1}}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:8:80: QuantizationModifier.config_groups.g.input_activations.observer_kwargs: unknown key "
+               "'averaging_constant' (static_minmax, the observer of calibrated scales, takes no arguments)");
+}
+
+// Dtype arguments quantforge cannot choose are refused unless they name what
+// it writes.
+TEST(Recipe, DtypeArgumentsNameWhatIsWritten) {
+  const std::string q = "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+                        "          targets: [Linear]\n";
+  EXPECT_NO_THROW(parse_recipe_text(q + "          weights: {num_bits: 4, group_size: 128, symmetric: false, zp_dtype: torch.int8}\n", "r.yaml"));
+  EXPECT_NO_THROW(parse_recipe_text(q + "          weights: {num_bits: 4, type: float, strategy: tensor_group, group_size: 16}\n"
+                                        "          input_activations: {num_bits: 4, type: float, strategy: tensor_group, "
+                                        "group_size: 16, dynamic: local, scale_dtype: torch.float8_e4m3fn}\n", "r.yaml"));
+  expect_error(q + "          weights: {num_bits: 4, group_size: 128, zp_dtype: int32}\n", ErrorKind::Unsupported,
+               "r.yaml:7:61: QuantizationModifier.config_groups.g.weights.zp_dtype: 'int32' is not supported (integer zero "
+               "points are written as int8; accepted: int8)");
+  expect_error(q + "          weights: {num_bits: 8}\n          input_activations: {num_bits: 8, strategy: tensor, "
+                   "scale_dtype: float32}\n",
+               ErrorKind::Unsupported,
+               "r.yaml:8:75: QuantizationModifier.config_groups.g.input_activations.scale_dtype: 'float32' is not "
+               "supported (input and KV-cache scales are stored in the model's dtype)");
+}
+
+// Modifier fields with an effect here: bypass_divisibility_checks (where the
+// plan's error points), requires_calibration_data, a scheme's format.
+TEST(Recipe, BypassFormatAndCalibrationFields) {
+  const Recipe r = one_modifier("      scheme: W4A16\n      bypass_divisibility_checks: true\n      requires_calibration_data: true\n",
+                                "QuantizationModifier");
+  EXPECT_TRUE(r.modifiers[0].bypass_divisibility_checks);
+  EXPECT_EQ(r.modifiers[0].bypass_where, "r.yaml:5:7");
+  EXPECT_TRUE(r.modifiers[0].requires_calibration_data);
+  // The sequential unit is the decoder layer (llm-compressor's default).
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      sequential_targets: [LlamaDecoderLayer, Linear]\n",
+               ErrorKind::Unsupported,
+               "r.yaml:5:47: GPTQModifier.sequential_targets: 'Linear' is not supported: the sequential unit here is the "
+               "decoder layer (e.g. LlamaDecoderLayer, llm-compressor's default)");
+  const Recipe f = one_modifier("      config_groups:\n        g:\n          targets: [Linear]\n"
+                                "          weights: {num_bits: 4, group_size: 128}\n          format: pack-quantized\n");
+  EXPECT_EQ(f.modifiers[0].groups[0].format, "pack-quantized");
+  EXPECT_EQ(f.modifiers[0].groups[0].format_where, "r.yaml:8:19");
+}
+
 TEST(Recipe, TransformModifiers) {
   const Recipe r = parse_recipe_text(
       "smooth_stage:\n  smooth_modifiers:\n    SmoothQuantModifier:\n      smoothing_strength: 0.8\n"

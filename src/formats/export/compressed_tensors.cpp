@@ -513,7 +513,8 @@ CompressedTensorsLinear read_compressed_tensors_any(const Checkpoint& ck, const 
   return r;
 }
 
-json compressed_tensors_weights_args(const QuantScheme& s, bool actorder_group, const std::string& observer) {
+json compressed_tensors_weights_args(const QuantScheme& s, bool actorder_group, const std::string& observer,
+                                    const std::map<std::string, std::string>& observer_kwargs) {
   s.validate("compressed-tensors scheme");
   if (actorder_group && s.strategy != QuantStrategy::Group)
     throw invalid_input("compressed-tensors scheme", "actorder group requires the group strategy");
@@ -530,6 +531,8 @@ json compressed_tensors_weights_args(const QuantScheme& s, bool actorder_group, 
   a["zp_dtype"] = s.symmetric ? json(nullptr) : json("torch.int8");
   a["observer"] = observer;
   a["observer_kwargs"] = json::object();
+  // Numbers as numbers (the recipe's scalars), anything else as a string.
+  for (const auto& [k, v] : observer_kwargs) a["observer_kwargs"][k] = json::accept(v) ? json::parse(v) : json(v);
   return a;
 }
 
@@ -568,7 +571,7 @@ json compressed_tensors_config(const std::vector<CompressedTensorsGroup>& groups
                                                            " weights" + (act ? " with " + act->describe() + " activations" : ""));
     json e = json::object();
     e["targets"] = g.targets;
-    e["weights"] = compressed_tensors_weights_args(g.scheme, g.actorder_group, g.observer);
+    e["weights"] = compressed_tensors_weights_args(g.scheme, g.actorder_group, g.observer, g.observer_kwargs);
     e["input_activations"] = act ? compressed_tensors_activation_args(*act) : json(nullptr);
     e["output_activations"] = nullptr;
     e["format"] = fmt;

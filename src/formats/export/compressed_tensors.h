@@ -51,6 +51,7 @@
 // dtype, on the self_attn module.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -134,6 +135,7 @@ struct CompressedTensorsGroup {
   std::vector<std::string> targets = {"Linear"};  // class names, module names or "re:" patterns
   bool actorder_group = false;                    // "actorder": "group" (weights carry weight_g_idx)
   std::string observer = "memoryless_minmax";     // informational; compressed-tensors' default
+  std::map<std::string, std::string> observer_kwargs;  // the weights' observer_kwargs as given (raw scalars)
 };
 
 // The "weights" QuantizationArgs, every field compressed-tensors serializes:
@@ -142,9 +144,10 @@ struct CompressedTensorsGroup {
 // ("group" or null), scale_dtype (null: scales are in the model dtype,
 // compressed-tensors' default; "torch.float8_e4m3fn" for NVFP4 as its preset
 // sets it), zp_dtype (null when symmetric, else "torch.int8"), observer,
-// observer_kwargs {}.
+// observer_kwargs (as given; numbers as JSON numbers).
 nlohmann::json compressed_tensors_weights_args(const QuantScheme& s, bool actorder_group,
-                                               const std::string& observer = "memoryless_minmax");
+                                               const std::string& observer = "memoryless_minmax",
+                                               const std::map<std::string, std::string>& observer_kwargs = {});
 
 // An activation's QuantizationArgs as compressed-tensors serializes it: num_bits,
 // type, symmetric, group_size (16 for NVFP4, else null), strategy ("token",

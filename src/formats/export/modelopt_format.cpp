@@ -1,5 +1,6 @@
 #include "formats/export/modelopt_format.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -63,6 +64,10 @@ void add_modelopt_linear(SafetensorsWriter& w, const std::string& prefix, const 
 void add_modelopt_kv_scales(SafetensorsWriter& w, const std::string& layer_prefix, const KvScales& kv) {
   add_scalar(w, layer_prefix + ".self_attn.k_proj.k_scale", kv.k_scale);
   add_scalar(w, layer_prefix + ".self_attn.v_proj.v_scale", kv.v_scale);
+}
+
+KvScales modelopt_fp8_kv_scales(const KvScales& calibrated) {
+  return KvScales{std::max(calibrated.k_scale, 1.0f), std::max(calibrated.v_scale, 1.0f)};
 }
 
 KvScales read_modelopt_kv_scales(const Checkpoint& ck, const std::string& layer_prefix) {

@@ -41,9 +41,14 @@ inline constexpr const char* kModeloptProducerVersion = "0.33.0";
 void add_modelopt_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
                          const ActQuantParams* act);
 
-// <layer_prefix>.self_attn.k_proj.k_scale and .self_attn.v_proj.v_scale, F32 [].
-// layer_prefix is "model.layers.N".
+// <layer_prefix>.self_attn.k_proj.k_scale and .self_attn.v_proj.v_scale, F32 [],
+// written as given (see modelopt_fp8_kv_scales). layer_prefix is "model.layers.N".
 void add_modelopt_kv_scales(SafetensorsWriter& w, const std::string& layer_prefix, const KvScales& kv);
+// The FP8 KV-cache scales modelopt's Hugging Face export writes for calibrated
+// ones (amax / 448): max(amax / 448, 1.0) each, its postprocess_state_dict rule
+// for kv_cache_quant_algo FP8 (modelopt 0.33, the producer version we write;
+// 0.43 dropped the clamp on that path, its TensorRT-LLM export keeps it).
+KvScales modelopt_fp8_kv_scales(const KvScales& calibrated);
 KvScales read_modelopt_kv_scales(const Checkpoint& ck, const std::string& layer_prefix);
 
 // hf_quant_config.json: {"producer": {"name": "modelopt", "version"}, "quantization":

@@ -67,6 +67,17 @@ TEST(ModeloptFormat, RoundTripFp8AndNvfp4) {
   EXPECT_EQ(kv.v_scale, 0.25f);
 }
 
+// modelopt 0.33's Hugging Face export: calibrated FP8 KV scales amax / 448
+// are raised to at least 1 (postprocess_state_dict, clamp_(min=1.0)).
+TEST(ModeloptFormat, Fp8KvScalesAreAtLeastOne) {
+  const KvScales small = modelopt_fp8_kv_scales({0.0312f, 0.999f});
+  EXPECT_EQ(small.k_scale, 1.0f);
+  EXPECT_EQ(small.v_scale, 1.0f);
+  const KvScales large = modelopt_fp8_kv_scales({1.5f, 1.0f});
+  EXPECT_EQ(large.k_scale, 1.5f);
+  EXPECT_EQ(large.v_scale, 1.0f);
+}
+
 TEST(ModeloptFormat, ConfigsFieldForField) {
   const json hf = modelopt_hf_quant_config("NVFP4", "FP8", 16, {"lm_head"}, "0.33.0");
   EXPECT_EQ(hf, json::parse(R"({"producer": {"name": "modelopt", "version": "0.33.0"},
