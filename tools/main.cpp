@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/progress.h"
+#include "core/simd.h"
 
 namespace {
 
@@ -41,7 +42,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress output on stderr")->configurable(false);
-  app.parse_complete_callback([&] { qf::Progress::set_quiet(quiet); });
+  app.parse_complete_callback([&] {
+    qf::Progress::set_quiet(quiet);
+    qf::simd_level();  // a bad QF_SIMD ends every command here (usage error)
+  });
   qf::cli::register_inspect(app);
   qf::cli::register_tokenize(app);
   qf::cli::register_convert(app);

@@ -12,14 +12,17 @@
 //
 // Dot products for the runtime follow ggml: the activation row is quantized to
 // the weight type's vec_dot_type (Q8_0, Q8_1 or Q8_K; F16/BF16/F32 for the
-// float rows), then vec_dot multiplies one weight row by it. vec_dot picks an
-// AVX2 kernel at run time when the CPU has AVX2+FMA+F16C (QF_SIMD=scalar
-// forces the scalar code); SIMD and scalar results are bit-identical.
+// float rows), then vec_dot multiplies one weight row by it. vec_dot runs an
+// AVX2 kernel or the scalar code as the library's one SIMD switch says
+// (qf::simd_level(), core/simd.h: QF_SIMD or set_simd_level(); there are no
+// AVX-512 kernels here, so the avx512 level uses the AVX2 ones); SIMD and
+// scalar results are bit-identical.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/simd.h"
 #include "formats/gguf/gguf.h"
 
 namespace qf::kquants {
@@ -58,8 +61,9 @@ void quantize_activation(uint32_t vec_dot_type, const float* x, void* dst, int64
 float vec_dot(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
 float vec_dot_ref(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
 
-// The kernel family vec_dot uses: "avx2" or "scalar".
-const char* simd_level();
+// The kernels vec_dot uses now: SimdLevel::Avx2 at the avx2 and avx512
+// levels, SimdLevel::Scalar at scalar (qf::simd_level() capped at Avx2).
+SimdLevel simd_level();
 
 // ---- block layouts (byte-packed, little-endian; fp16 fields as raw bits) ----
 #pragma pack(push, 1)

@@ -21,10 +21,9 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <cpuid.h>
 #include <immintrin.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -542,11 +541,11 @@ QF_AVX2 float dot_bf16_avx2(int64_t n, const void* w, const void* a) { return do
 using DotFn = float (*)(int64_t, const void*, const void*);
 constexpr uint32_t kMaxType = 32;
 
+// The scalar references and the AVX2 kernels, per type.
 struct Table {
   DotFn ref[kMaxType] = {};
-  DotFn fast[kMaxType] = {};
+  DotFn avx2[kMaxType] = {};
   uint32_t block[kMaxType] = {};
-  const char* level = "scalar";
 };
 
 Table make_table() {
@@ -554,7 +553,7 @@ Table make_table() {
   Table tb;
   auto set = [&](uint32_t type, DotFn r, DotFn f) {
     tb.ref[type] = r;
-    tb.fast[type] = f;
+    tb.avx2[type] = f;
     tb.block[type] = ggml_type_info(type)->block_size;
   };
   set(t::F32, dot_f32_ref, dot_f32_avx2);
@@ -570,16 +569,6 @@ Table make_table() {
   set(t::Q4_K, dot_k4_ref<BlockQ4_K, false>, dot_q4_k_avx2);
   set(t::Q5_K, dot_k4_ref<BlockQ5_K, true>, dot_q5_k_avx2);
   set(t::Q6_K, dot_q6_k_ref, dot_q6_k_avx2);
-  const char* env = std::getenv("QF_SIMD");
-  const bool force_scalar = env && std::string(env) == "scalar";
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-  if (!force_scalar && __builtin_cpu_supports("avx2") && f16c) {
-    tb.level = "avx2";
-  } else {
-    for (uint32_t i = 0; i < kMaxType; ++i) tb.fast[i] = tb.ref[i];
-  }
   return tb;
 }
 
@@ -604,13 +593,15 @@ DotFn lookup(const DotFn* fns, uint32_t type, int64_t n) {
 }  // namespace
 
 float vec_dot(uint32_t type, int64_t n, const void* w, const void* a) {
-  return lookup(table().fast, type, n)(n, w, a);
+  const Table& tb = table();
+  return lookup(simd_level() == SimdLevel::Avx2 ? tb.avx2 : tb.ref, type, n)(n, w, a);
 }
 
 float vec_dot_ref(uint32_t type, int64_t n, const void* w, const void* a) {
   return lookup(table().ref, type, n)(n, w, a);
 }
 
-const char* simd_level() { return table().level; }
+// The AVX2 kernels need AVX2 and F16C, which every level above scalar has.
+SimdLevel simd_level() { return std::min(qf::simd_level(), SimdLevel::Avx2); }
 
 }  // namespace qf::kquants

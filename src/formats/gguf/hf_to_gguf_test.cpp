@@ -99,18 +99,24 @@ TEST_F(FixtureGguf, MetadataAndTypesFollowLlamaCpp) {
   EXPECT_EQ(a->encode(text, true), b->encode(text, true));
 }
 
+// KL divergence from the f16 model orders the presets. Perplexity does only
+// between presets far apart: the paired noise of a perplexity ratio over N
+// scored tokens is about sqrt(2 KLD / N) (the per-token log-likelihood ratio
+// has mean square ~2 KLD), 0.3% for Q3_K_M over 8 windows, as large as the
+// gap between neighbouring presets (Q3_K_M measures below Q4_K_M at every
+// SIMD level). Q2_K against Q8_0 is a 4% gap, more than ten times its noise.
 TEST_F(FixtureGguf, KlDivergenceGrowsAsBitsShrink) {
   const char* order[] = {"Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K"};
-  double prev_kld = 0, prev_ppl = 0;
+  double prev_kld = 0, first_ppl = 0, last_ppl = 0;
   for (const char* p : order) {
     const eval::EvalResult r = compare(convert(p), 8);
     std::printf("%-7s KLD %.6f ppl %.4f\n", p, r.kld_mean, r.ppl);
     EXPECT_GT(r.kld_mean, prev_kld) << p;
-    // Perplexity follows within noise: no more than 0.2% below the previous preset.
-    EXPECT_GT(r.ppl, prev_ppl * 0.998) << p;
-    prev_kld = r.kld_mean, prev_ppl = r.ppl;
+    prev_kld = r.kld_mean, last_ppl = r.ppl;
+    if (first_ppl == 0) first_ppl = r.ppl;
   }
   EXPECT_GT(prev_kld, 0.01);  // Q2_K
+  EXPECT_GT(last_ppl, first_ppl) << "Q2_K's perplexity is not above Q8_0's";
 }
 
 TEST_F(FixtureGguf, ImatrixImprovesLowBitPresets) {

@@ -1,4 +1,5 @@
-// The int8 GEMM at every SIMD level against the scalar reference, bit for bit,
+// The int8 GEMM at every SIMD level against the scalar reference, bit for bit
+// (skipped at the scalar level, where both are the reference),
 // on random shapes (odd k, row and token counts off the register blocks) and
 // on the extreme operands -128 x -128 that break saturating kernels.
 #include "runtime/cpu/int8_gemm.h"
@@ -15,7 +16,8 @@
 namespace qf::rt {
 namespace {
 
-class Int8GemmLevels : public test::SimdLevelFixture {};
+class Int8GemmLevels : public test::SimdVsScalarFixture {};
+class Int8GemmAllLevels : public test::SimdLevelFixture {};
 
 std::vector<int8_t> random_i8(size_t n, std::mt19937& rng) {
   std::vector<int8_t> v(n);
@@ -47,7 +49,8 @@ TEST_P(Int8GemmLevels, MatchesReferenceOnRandomShapes) {
       }
 }
 
-TEST_P(Int8GemmLevels, ExtremeOperandsAreExact) {
+// Against the exact product: meaningful at every level.
+TEST_P(Int8GemmAllLevels, ExtremeOperandsAreExact) {
   const int64_t k = 4099, tokens = 5, rows = 6;
   for (int8_t xv : {int8_t{-128}, int8_t{127}})
     for (int8_t wv : {int8_t{-128}, int8_t{127}}) {
@@ -58,9 +61,8 @@ TEST_P(Int8GemmLevels, ExtremeOperandsAreExact) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllLevels, Int8GemmLevels,
-                         ::testing::Values(SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512),
-                         [](const auto& info) { return std::string(simd_level_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(AllLevels, Int8GemmLevels, test::all_simd_levels(), test::simd_case_name);
+INSTANTIATE_TEST_SUITE_P(AllLevels, Int8GemmAllLevels, test::all_simd_levels(), test::simd_case_name);
 
 }  // namespace
 }  // namespace qf::rt

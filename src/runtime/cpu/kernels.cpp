@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,57 +15,6 @@
 #include "core/error.h"
 
 namespace qf::rt {
-
-// ---- level selection --------------------------------------------------------
-
-SimdLevel best_simd_level() {
-  static const SimdLevel best = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
-      return SimdLevel::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-      return SimdLevel::Avx2;
-    return SimdLevel::Scalar;
-  }();
-  return best;
-}
-
-namespace {
-
-SimdLevel initial_level() {
-  const char* env = std::getenv("QF_SIMD");
-  SimdLevel best = best_simd_level();
-  if (!env || !*env) return best;
-  std::string v = env;
-  SimdLevel want = v == "scalar" ? SimdLevel::Scalar : v == "avx2" ? SimdLevel::Avx2 : SimdLevel::Avx512;
-  return std::min(want, best);
-}
-
-std::atomic<int> g_level{-1};
-
-}  // namespace
-
-SimdLevel simd_level() {
-  int l = g_level.load(std::memory_order_relaxed);
-  if (l < 0) {
-    l = static_cast<int>(initial_level());
-    g_level.store(l, std::memory_order_relaxed);
-  }
-  return static_cast<SimdLevel>(l);
-}
-
-void set_simd_level(SimdLevel level) {
-  g_level.store(static_cast<int>(std::min(level, best_simd_level())), std::memory_order_relaxed);
-}
-
-const char* simd_level_name(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::Scalar: return "scalar";
-    case SimdLevel::Avx2: return "avx2";
-    case SimdLevel::Avx512: return "avx512";
-  }
-  return "?";
-}
 
 // ---- scalar references ------------------------------------------------------
 

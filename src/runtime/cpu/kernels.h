@@ -2,23 +2,26 @@
 // row conversion, RMSNorm, SwiGLU, softmax.
 //
 // Each kernel has a plain scalar reference (namespace `ref`) and SIMD
-// versions (AVX2+FMA+F16C, AVX-512) chosen once at start-up from what the
-// CPU reports. QF_SIMD=scalar in the environment, or set_simd_level(), forces
-// a level; tests run the same model through every level and compare logits.
+// versions (AVX2+FMA+F16C, AVX-512) chosen at each call by the one SIMD switch
+// of core/simd.h: the best level the CPU supports, QF_SIMD=scalar|avx2|avx512
+// in the environment, or set_simd_level(). Tests run every kernel at every
+// level against its reference.
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/simd.h"
 
 namespace qf::rt {
 
-enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
-
-SimdLevel simd_level();                 // the level in use
-SimdLevel best_simd_level();            // the best this CPU supports
-void set_simd_level(SimdLevel level);   // clamped to best_simd_level()
-const char* simd_level_name(SimdLevel level);
+// The switch itself lives in core (the GGUF block dot products of
+// quantizers/kquants obey it too); the runtime spells it rt::.
+using qf::best_simd_level;
+using qf::set_simd_level;
+using qf::simd_level;
+using qf::simd_level_name;
+using qf::SimdLevel;
 
 // sum_i a[i] * b[i]
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -1,0 +1,91 @@
+#include "core/simd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace qf {
+
+SimdLevel best_simd_level() {
+  static const SimdLevel best = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // The AVX-512 level also runs AVX2 kernels (those with no AVX-512 version).
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return SimdLevel::Avx512;
+    return avx2 ? SimdLevel::Avx2 : SimdLevel::Scalar;
+  }();
+  return best;
+}
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::Scalar: return "scalar";
+    case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+SimdLevel parse_simd_level(std::string_view text) {
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
+    if (text == simd_level_name(l)) return l;
+  std::string shown;
+  for (char c : text) {  // control characters shown as '?': the message stays one line
+    shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  }
+  throw Error(ErrorKind::Usage, "QF_SIMD: unknown SIMD level '" + shown + "' (allowed: scalar|avx2|avx512)");
+}
+
+SimdLevel initial_simd_level(const char* qf_simd, SimdLevel best, bool* clamped) {
+  if (clamped) *clamped = false;
+  if (!qf_simd || !*qf_simd) return best;
+  const SimdLevel want = parse_simd_level(qf_simd);
+  if (want <= best) return want;
+  if (clamped) *clamped = true;
+  return best;
+}
+
+namespace {
+
+// -1 until the first simd_level() (or set_simd_level()) call.
+std::atomic<int> g_level{-1};
+
+SimdLevel level_from_env() {
+  const char* env = std::getenv("QF_SIMD");
+  const SimdLevel best = best_simd_level();
+  bool clamped = false;
+  const SimdLevel level = initial_simd_level(env, best, &clamped);  // throws for an unknown value
+  if (clamped) {
+    static std::once_flag noted;
+    std::call_once(noted, [&] {
+      std::fprintf(stderr, "quantforge: note: QF_SIMD=%s but this CPU supports at most %s; using %s\n", env,
+                   simd_level_name(best), simd_level_name(best));
+    });
+  }
+  return level;
+}
+
+}  // namespace
+
+SimdLevel simd_level() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l < 0) {
+    // Racing first calls all compute the same value; a bad QF_SIMD throws
+    // here on every call until set_simd_level() overrides it.
+    const int want = static_cast<int>(level_from_env());
+    int expected = -1;
+    g_level.compare_exchange_strong(expected, want, std::memory_order_relaxed);
+    l = g_level.load(std::memory_order_relaxed);
+  }
+  return static_cast<SimdLevel>(l);
+}
+
+void set_simd_level(SimdLevel level) {
+  g_level.store(static_cast<int>(std::min(level, best_simd_level())), std::memory_order_relaxed);
+}
+
+}  // namespace qf

@@ -1,0 +1,50 @@
+// The one SIMD switch of the library. Every CPU kernel that has SIMD versions
+// (the runtime's float and int8 kernels in runtime/cpu/, the GGUF block dot
+// products in quantizers/kquants) asks simd_level() at each call, so
+// set_simd_level() takes effect everywhere at once.
+//
+// The level starts as the best the CPU supports, or as QF_SIMD in the
+// environment says:
+//   QF_SIMD unset or empty    the best level of this CPU
+//   QF_SIMD=scalar|avx2|avx512 that level; a level above what the CPU supports
+//                             is clamped to the best one, with one note on stderr
+//   anything else             qf::Error (Usage): simd_level() throws, naming
+//                             the allowed values
+// The CLI reads the level before running a command, so a bad value ends every
+// command with exit code 2. Reports (eval --json, bench) print the level in use,
+// which is the clamped one.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace qf {
+
+enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// The level in use. The first call reads QF_SIMD (see above); throws
+// qf::Error (Usage) for a value that names no level.
+SimdLevel simd_level();
+
+// The best level this CPU supports: Avx512 needs AVX-512 F and BW on top of
+// everything Avx2 needs (AVX2, FMA, F16C).
+SimdLevel best_simd_level();
+
+// Forces a level, clamped to best_simd_level() (a kernel the CPU cannot run is
+// never chosen). Affects every kernel, in every thread, from the next call.
+void set_simd_level(SimdLevel level);
+
+// "scalar", "avx2", "avx512".
+const char* simd_level_name(SimdLevel level);
+
+// The level a QF_SIMD value names: exactly "scalar", "avx2" or "avx512".
+// Anything else throws qf::Error (Usage) "QF_SIMD: unknown SIMD level '...'
+// (allowed: scalar|avx2|avx512)". Does not clamp.
+SimdLevel parse_simd_level(std::string_view text);
+
+// The level simd_level() starts at for a QF_SIMD value (nullptr: unset) on a
+// CPU whose best level is `best`; *clamped tells whether the value asked for
+// more than `best`. Throws as parse_simd_level does.
+SimdLevel initial_simd_level(const char* qf_simd, SimdLevel best, bool* clamped = nullptr);
+
+}  // namespace qf
