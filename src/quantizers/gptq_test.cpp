@@ -2,7 +2,6 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -422,18 +421,34 @@ TEST(Gptq, RobustFallbacks) {
   EXPECT_THROW(gptq_quantize(w.data(), rows, cols, empty, s, o, "x"), Error);
 }
 
-TEST(Gptq, Timing768) {
+// A layer of a real width (6 groups, 6 lazy blocks): the result is valid and
+// its output error on the calibration rows is below half of RTN's (measured:
+// 0.18 of it; 256 rows leave H rank-deficient, which GPTQ exploits). (Speed is measured
+// by the benchmarks, not here.)
+TEST(Gptq, Width768BeatsRtnOnItsCalibrationRows) {
   const int64_t rows = 768, cols = 768, n = 256;
   const std::vector<float> w = gaussian(rows * cols, 31), x = gaussian(n * cols, 32);
   HessianAccumulator H(cols);
   H.add(x.data(), n, cols);
   GptqOptions o;
-  const auto t0 = std::chrono::steady_clock::now();
-  const GptqResult g = gptq_quantize(w.data(), rows, cols, H, QuantScheme::make(4, true, QuantStrategy::Group, 128), o, "t");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ timing ] gptq 768x768 int4 g128: %.3f s (%d threads)\n", secs, ThreadPool::global().size());
-  expect_finite_valid(g, "timing");
-  EXPECT_LT(secs, 3.0);
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 128);
+  const GptqResult g = gptq_quantize(w.data(), rows, cols, H, s, o, "t");
+  expect_finite_valid(g, "768");
+  auto err = [&](const QuantizedTensor& q) {
+    const std::vector<float> wq = q.dequantize();
+    double e = 0;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double d = 0;
+        for (int64_t c = 0; c < cols; ++c)
+          d += static_cast<double>(x[static_cast<size_t>(t * cols + c)]) *
+               (w[static_cast<size_t>(r * cols + c)] - wq[static_cast<size_t>(r * cols + c)]);
+        e += d * d;
+      }
+    return e;
+  };
+  const double eg = err(g.q), er = err(quantize_rtn(w.data(), rows, cols, s));
+  EXPECT_LT(eg, 0.5 * er) << "GPTQ " << eg << " vs RTN " << er;
 }
 
 }  // namespace
