@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
+#include "core/text_input.h"
 #include "eval/perplexity.h"
 #include "runtime/cpu/kernels.h"
 
@@ -98,7 +99,7 @@ void run_eval(const EvalOpts& o) {
   p.keep_tail = o.keep_tail;
   p.max_spans = o.max_chunks;
   p.kv_dtype = rt::parse_kv_dtype(o.kv);
-  const std::string text = read_text_file(o.text);
+  const std::string text = read_text_input(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   std::unique_ptr<rt::Model> base;

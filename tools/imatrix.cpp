@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
+#include "core/text_input.h"
 
 namespace qf::cli {
 namespace {
@@ -20,7 +21,7 @@ struct ImatrixOpts {
 void run_imatrix(const ImatrixOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
-  const std::string text = read_text_file(o.text);
+  const std::string text = read_text_input(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   ImatrixOptions io;

@@ -42,7 +42,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw invalid_input(path.string(), "not a regular file");
+    throw invalid_input(path.string(), S_ISDIR(st.st_mode) ? "is a folder, not a regular file" : "not a regular file");
   }
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
@@ -64,6 +64,8 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_text_file(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw invalid_input(path.string(), "is a folder, not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (!fs::exists(path)) throw not_found(path.string(), "no such file");

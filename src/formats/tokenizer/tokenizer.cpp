@@ -19,6 +19,14 @@ size_t utf8_len(unsigned char lead) {
   return 1;
 }
 
+size_t utf8_char_len(std::string_view s, size_t i) {
+  const size_t n = utf8_len(static_cast<unsigned char>(s[i]));
+  if (n > s.size() - i) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  return n;
+}
+
 std::string byte_piece(unsigned char b) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "<0x%02X>", b);
