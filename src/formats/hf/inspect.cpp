@@ -1,5 +1,6 @@
 #include "formats/hf/inspect.h"
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -90,8 +91,12 @@ json inspect_model(const std::string& model, const std::string& revision) {
     params += n;
     dtypes[dtype_name(t.dtype)] += n;
     std::smatch m;
+    int64_t idx = -1;  // -1: not a layer tensor (or an index beyond int64, listed with the others)
     if (std::regex_search(name, m, layer_re)) {
-      int64_t idx = std::stoll(m[1].str());
+      const std::string digits = m[1].str();
+      if (std::from_chars(digits.data(), digits.data() + digits.size(), idx).ec != std::errc()) idx = -1;
+    }
+    if (idx >= 0) {
       json& l = layers[idx];
       if (l.is_null()) l = {{"index", idx}, {"bytes", 0}, {"parameters", 0}, {"tensors", json::array()}};
       l["bytes"] = l["bytes"].get<uint64_t>() + t.nbytes();
@@ -162,6 +167,7 @@ static std::string quantization_summary(const json& q) {
              (q.value("desc_act", false) ? ", desc_act" : "");
     }
   } catch (const json::exception&) {
+  } catch (const Error&) {  // a scheme the readers refuse: shown as written
   }
   return q.dump();
 }

@@ -103,13 +103,21 @@ std::vector<std::pair<std::string, std::string>> read_merges(const json& model, 
   return out;
 }
 
-bool has_type(const json& node, const std::string& type) {
-  if (!node.is_object()) return false;
+// Sequences of pre-tokenizers, normalizers and processors nest one or two
+// levels in practice; deeper nesting is refused rather than recursed into.
+constexpr int kMaxNesting = 16;
+
+void check_nesting(int depth, const Ctx& c) {
+  if (depth > kMaxNesting) c.fail("Sequence nodes are nested more than " + std::to_string(kMaxNesting) + " levels deep");
+}
+
+bool has_type(const json& node, const std::string& type, int depth = 0) {
+  if (!node.is_object() || depth > kMaxNesting) return false;
   if (node.value("type", "") == type) return true;
   for (const char* list : {"pretokenizers", "normalizers", "processors"})
     if (node.contains(list) && node[list].is_array())
       for (const json& child : node[list])
-        if (has_type(child, type)) return true;
+        if (has_type(child, type, depth + 1)) return true;
   return false;
 }
 
@@ -123,11 +131,12 @@ std::string regex_quote(const std::string& s) {
 }
 
 // The regexes a byte-level pre_tokenizer applies, in order.
-void collect_regexes(const json& node, const Ctx& c, std::vector<std::string>& out) {
+void collect_regexes(const json& node, const Ctx& c, std::vector<std::string>& out, int depth = 0) {
   if (!node.is_object()) return;
+  check_nesting(depth, c);
   const std::string type = node.value("type", "");
   if (type == "Sequence" && node.contains("pretokenizers")) {
-    for (const json& child : node["pretokenizers"]) collect_regexes(child, c, out);
+    for (const json& child : node["pretokenizers"]) collect_regexes(child, c, out, depth + 1);
   } else if (type == "Split") {
     if (node.value("invert", false)) throw unsupported(c.where, "a Split pre-tokenizer with invert: true is not supported");
     const json& p = node.contains("pattern") ? node["pattern"] : json();
@@ -163,10 +172,11 @@ int32_t id_of(const Vocab& v, const std::string& s) {
 
 // Finds TemplateProcessing (possibly inside a Sequence) and takes its leading
 // special token as BOS.
-void read_template(const json& node, Vocab& v) {
+void read_template(const json& node, Vocab& v, const Ctx& c, int depth = 0) {
   if (!node.is_object()) return;
+  check_nesting(depth, c);
   if (node.value("type", "") == "Sequence" && node.contains("processors")) {
-    for (const json& p : node["processors"]) read_template(p, v);
+    for (const json& p : node["processors"]) read_template(p, v, c, depth + 1);
     return;
   }
   if (node.value("type", "") != "TemplateProcessing" || !node.contains("single") || !node["single"].is_array()) return;
@@ -252,7 +262,9 @@ void fill_sentencepiece(const json& root, const json& model, const std::vector<s
 
 }  // namespace
 
-Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
+namespace {
+
+Vocab read_tokenizer_json(const std::filesystem::path& path) {
   Ctx c{path.string()};
   if (!std::filesystem::exists(path)) throw not_found(c.where, "no such file");
   json root = json::parse(read_text_file(path), nullptr, false);
@@ -293,9 +305,21 @@ Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
     throw unsupported(c.where, "a BPE tokenizer that is neither byte-level (ByteLevel pre-tokenizer) nor SentencePiece-style "
                                "(byte_fallback, Metaspace or a U+2581 normalizer) is not supported");
   }
-  read_template(root.value("post_processor", json()), v);
+  read_template(root.value("post_processor", json()), v, c);
   read_config(path, v);
   return v;
+}
+
+}  // namespace
+
+Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
+  try {
+    return read_tokenizer_json(path);
+  } catch (const nlohmann::json::exception& e) {
+    // A value of the wrong JSON type where a string, bool or object is read
+    // (e.g. "special": 1, a SpecialToken that is not an object).
+    throw invalid_input(path.string(), std::string("unexpected JSON value: ") + e.what());
+  }
 }
 
 }  // namespace qf
