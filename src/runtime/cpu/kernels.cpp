@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,12 +20,18 @@ namespace qf::rt {
 
 // ---- level selection --------------------------------------------------------
 
+// F16C from CPUID: clang before 16 does not accept "f16c" in __builtin_cpu_supports.
+static bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+
 SimdLevel best_simd_level() {
   static const SimdLevel best = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && has_f16c())
       return SimdLevel::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
       return SimdLevel::Avx2;
     return SimdLevel::Scalar;
   }();
