@@ -111,13 +111,14 @@ void check_nesting(int depth, const Ctx& c) {
   if (depth > kMaxNesting) c.fail("Sequence nodes are nested more than " + std::to_string(kMaxNesting) + " levels deep");
 }
 
-bool has_type(const json& node, const std::string& type, int depth = 0) {
-  if (!node.is_object() || depth > kMaxNesting) return false;
+bool has_type(const json& node, const std::string& type, const Ctx& c, int depth = 0) {
+  if (!node.is_object()) return false;
+  check_nesting(depth, c);
   if (node.value("type", "") == type) return true;
   for (const char* list : {"pretokenizers", "normalizers", "processors"})
     if (node.contains(list) && node[list].is_array())
       for (const json& child : node[list])
-        if (has_type(child, type, depth + 1)) return true;
+        if (has_type(child, type, c, depth + 1)) return true;
   return false;
 }
 
@@ -222,29 +223,29 @@ void read_config(const std::filesystem::path& json_path, Vocab& v) {
   if (v.bos_id < 0) v.add_bos = false;
 }
 
-bool is_sentencepiece_style(const json& root, const json& model) {
+bool is_sentencepiece_style(const json& root, const json& model, const Ctx& c) {
   if (model.value("byte_fallback", false)) return true;
   const json norm = root.value("normalizer", json());
   const json pre = root.value("pre_tokenizer", json());
-  return has_type(pre, "Metaspace") || has_type(norm, "Prepend") ||
-         (has_type(norm, "Replace") && norm.dump().find(kSpaceMark) != std::string::npos);
+  return has_type(pre, "Metaspace", c) || has_type(norm, "Prepend", c) ||
+         (has_type(norm, "Replace", c) && norm.dump().find(kSpaceMark) != std::string::npos);
 }
 
-bool space_prefix(const json& root) {
+bool space_prefix(const json& root, const Ctx& c) {
   const json norm = root.value("normalizer", json());
-  if (has_type(norm, "Prepend")) return true;
+  if (has_type(norm, "Prepend", c)) return true;
   const json pre = root.value("pre_tokenizer", json());
-  if (!has_type(pre, "Metaspace")) return false;
+  if (!has_type(pre, "Metaspace", c)) return false;
   std::string d = pre.dump();  // prepend_scheme "never" or add_prefix_space false turn it off
   return d.find("\"never\"") == std::string::npos && d.find("\"add_prefix_space\":false") == std::string::npos;
 }
 
 void fill_sentencepiece(const json& root, const json& model, const std::vector<std::pair<std::string, std::string>>& merges,
-                        Vocab& v) {
+                        Vocab& v, const Ctx& c) {
   v.model = "llama";
   v.pre = "default";
   v.byte_fallback = model.value("byte_fallback", false);
-  v.add_space_prefix = space_prefix(root);
+  v.add_space_prefix = space_prefix(root, c);
   std::unordered_map<std::string, int32_t> ids;
   for (size_t i = 0; i < v.tokens.size(); ++i) ids.emplace(v.tokens[i], static_cast<int32_t>(i));
   // Tokens no merge produces (single characters, specials) rank below all merges.
@@ -293,9 +294,9 @@ Vocab read_tokenizer_json(const std::filesystem::path& path) {
     if (v.unk_id >= 0) v.types[static_cast<size_t>(v.unk_id)] = TokenType::Unknown;
   }
 
-  if (is_sentencepiece_style(root, model)) {
-    fill_sentencepiece(root, model, merges, v);
-  } else if (has_type(root.value("pre_tokenizer", json()), "ByteLevel")) {
+  if (is_sentencepiece_style(root, model, c)) {
+    fill_sentencepiece(root, model, merges, v, c);
+  } else if (has_type(root.value("pre_tokenizer", json()), "ByteLevel", c)) {
     v.model = "gpt2";
     v.pre = pre_name(root, c);
     v.add_space_prefix = false;
