@@ -2,6 +2,7 @@
 // error into one line on stderr and a documented exit code (see README.md).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <new>
 
 #include "commands.h"
@@ -37,6 +38,12 @@ int main(int argc, char** argv) {
   } catch (const qf::Error& e) {
     std::fprintf(stderr, "quantforge: %s: %s\n", qf::kind_name(e.kind()), e.what());
     return qf::exit_code(e.kind());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the code did not expect to fail on (a name too long, a folder
+    // without permission): one line naming it, not the library's text.
+    std::fprintf(stderr, "quantforge: %s: %s: %s\n", qf::kind_name(qf::ErrorKind::Io), e.path1().c_str(),
+                 e.code().message().c_str());
+    return qf::exit_code(qf::ErrorKind::Io);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "quantforge: out of memory\n");
     return qf::exit_code(qf::ErrorKind::Io);

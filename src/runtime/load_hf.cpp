@@ -116,7 +116,7 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
       }
     } else if (method == "modelopt") {
       // hf_quant_config.json is modelopt's own description; config.json's block mirrors it.
-      if (std::filesystem::exists(dir / "hf_quant_config.json")) {
+      if (path_exists(dir / "hf_quant_config.json")) {
         const std::filesystem::path hq = dir / "hf_quant_config.json";
         qcfg = nlohmann::json::parse(read_text_file(hq), nullptr, false);
         if (!qcfg.is_object()) throw invalid_input(hq.string(), "not a JSON object");
@@ -188,7 +188,7 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
 
 std::unique_ptr<Model> load_model(const std::string& model) {
   const std::filesystem::path p(model);
-  if (std::filesystem::is_regular_file(p)) {
+  if (is_file(p)) {
     if (p.extension() == ".gguf") return load_gguf_model(p);
     throw unsupported(model, "the runtime reads .gguf files and Hugging Face folders; this is neither");
   }

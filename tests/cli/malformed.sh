@@ -61,6 +61,12 @@ expect_exit 3 "a-folder: is a folder, not a regular file" \
 expect_exit 3 "a-folder: is a folder, not a regular file" -- "$QF" tokenize "$fx" --file "$dir"
 [[ ! -e "$WORK/q1" && ! -e "$WORK/q2" && ! -e "$WORK/c.gguf" && ! -e "$WORK/h" ]] && ok "no output after those errors" \
   || fail "an output was left behind"
+# A name the system refuses (longer than NAME_MAX): an i/o error naming it, not a std::filesystem exception.
+long="$WORK/$(printf 'a%.0s' {1..300})"
+expect_exit 5 "i/o error: .*aaaa: cannot access: File name too long" -- "$QF" tokenize "$long" --text hi
+expect_exit 5 "i/o error: .*aaaa: cannot access: File name too long" -- "$QF" -q eval "$fx" --text "$long"
+expect_exit 5 "i/o error: .*aaaa: (cannot access: )?File name too long" -- "$QF" inspect "$long"
+expect_exit 5 "i/o error: .*aaaa: (cannot access: )?File name too long" -- "$QF" -q quantize "$fx" --recipe "$long" -o "$WORK/q4"
 
 # ---- text encodings of calibration and evaluation text
 expect_exit 3 "utf16.txt: is UTF-16 text \(byte-order mark\), not UTF-8; convert it to UTF-8" -- "$QF" -q eval "$fx" --text "$m/utf16.txt"

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/export/awq_format.h"
 #include "formats/export/compressed_tensors.h"
 #include "formats/hf/model_config.h"
@@ -113,7 +114,7 @@ json inspect_model(const std::string& model, const std::string& revision) {
   for (auto& [_, l] : layers) layer_list.push_back(std::move(l));
   json tok = json::array();
   for (const char* f : kTokenizerFiles)
-    if (fs::exists(rm.dir / f)) tok.push_back(f);
+    if (path_exists(rm.dir / f)) tok.push_back(f);
 
   return {{"path", rm.dir.string()},
           {"source", {{"kind", rm.kind}, {"repo_id", rm.repo_id}, {"commit", rm.commit}}},

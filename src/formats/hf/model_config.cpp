@@ -273,8 +273,8 @@ void check_layer_tensors(const std::vector<std::string>& names, const std::strin
 }
 
 ModelConfig load_model_config(const fs::path& dir_or_file) {
-  fs::path p = fs::is_directory(dir_or_file) ? dir_or_file / "config.json" : dir_or_file;
-  if (!fs::exists(p)) throw not_found(p.string(), "no config.json (is this a Hugging Face model folder?)");
+  fs::path p = is_folder(dir_or_file) ? dir_or_file / "config.json" : dir_or_file;
+  if (!path_exists(p)) throw not_found(p.string(), "no config.json (is this a Hugging Face model folder?)");
   std::string text = read_text_file(p);
   json j;
   try {

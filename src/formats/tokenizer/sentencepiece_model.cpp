@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/tokenizer/tokenizer_impl.h"
 
 namespace qf {
@@ -101,7 +102,7 @@ ProtoFacts read_proto(std::string_view proto) {
 }
 
 void load(sentencepiece::SentencePieceProcessor& sp, const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw not_found(path.string(), "no such file");
+  if (!path_exists(path)) throw not_found(path.string(), "no such file");
   auto status = sp.Load(path.string());
   if (!status.ok()) throw invalid_input(path.string(), "not a SentencePiece model: " + status.ToString());
 }

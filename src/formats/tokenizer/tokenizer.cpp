@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/tokenizer/tokenizer_impl.h"
 
 namespace qf {
@@ -203,8 +204,8 @@ void validate(const Vocab& v) {
 bool has_ext(const std::filesystem::path& p, const char* ext) { return p.extension() == ext; }
 
 std::unique_ptr<Tokenizer> load_folder(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "tokenizer.json")) return make_tokenizer(vocab_from_tokenizer_json(dir / "tokenizer.json"));
-  if (std::filesystem::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer(dir / "tokenizer.model");
+  if (path_exists(dir / "tokenizer.json")) return make_tokenizer(vocab_from_tokenizer_json(dir / "tokenizer.json"));
+  if (path_exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer(dir / "tokenizer.model");
   throw not_found(dir.string(), "no tokenizer.json or tokenizer.model in this folder");
 }
 
@@ -217,8 +218,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(Vocab vocab) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw not_found(path.string(), "no such file or folder");
-  if (std::filesystem::is_directory(path)) return load_folder(path);
+  if (!path_exists(path)) throw not_found(path.string(), "no such file or folder");
+  if (is_folder(path)) return load_folder(path);
   // Vocabulary errors from make_tokenizer name no file: add it.
   auto build = [&](Vocab v) {
     try {

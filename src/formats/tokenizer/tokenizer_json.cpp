@@ -206,7 +206,7 @@ std::string token_text(const json& j) {
 
 void read_config(const std::filesystem::path& json_path, Vocab& v) {
   const auto cfg_path = json_path.parent_path() / "tokenizer_config.json";
-  if (!std::filesystem::exists(cfg_path)) return;
+  if (!path_exists(cfg_path)) return;
   json cfg = json::parse(read_text_file(cfg_path), nullptr, false);
   if (!cfg.is_object()) throw invalid_input(cfg_path.string(), "not a JSON object");
   auto set_id = [&](const char* key, int32_t& id) {
@@ -267,7 +267,7 @@ namespace {
 
 Vocab read_tokenizer_json(const std::filesystem::path& path) {
   Ctx c{path.string()};
-  if (!std::filesystem::exists(path)) throw not_found(c.where, "no such file");
+  if (!path_exists(path)) throw not_found(c.where, "no such file");
   json root = json::parse(read_text_file(path), nullptr, false);
   if (root.is_discarded()) c.fail("not valid JSON");
   if (!root.is_object()) c.fail("the top level is not a JSON object");
