@@ -409,6 +409,12 @@ TEST(TokLoad, MissingPathsAreNotFound) {
   EXPECT_QF_ERROR(load_tokenizer(dir.path()), ErrorKind::NotFound, "no tokenizer.json or tokenizer.model");
   test::write_file(dir / "broken.model", "not a protobuf");
   EXPECT_QF_ERROR(load_tokenizer(dir / "broken.model"), ErrorKind::InvalidInput, "broken.model");
+  // Found by fuzz_sentencepiece (tests/fuzz/corpus/sentencepiece/crash-nul-piece.model): a
+  // piece starting with a NUL byte makes libsentencepiece's trie builder throw
+  // its own exception, which escaped as an internal error.
+  test::write_file(dir / "nul.model", std::string("\x0a\x0e\x15\x00\x00\x00\x00\x18\x02\x0a\x05\x0a\x03\xc8\x18\x01"
+                                                  "\x0a\x0b\x0a\x02\x00\x01\x98\x18\x01\x20\x00\x28\x01", 29));
+  EXPECT_QF_ERROR(load_tokenizer(dir / "nul.model"), ErrorKind::InvalidInput, "nul.model: not a valid SentencePiece model");
 }
 
 // ---- round trips over every real vocabulary available ------------------------------
