@@ -63,6 +63,10 @@ ojson parse_json_strict(std::string_view text, const std::string& where, const s
     std::string msg = e.what();
     if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     throw invalid_input(where, what + " is not valid JSON (at byte " + std::to_string(e.byte) + "): " + msg);
+  } catch (const ojson::exception& e) {  // out_of_range: a number beyond double, such as 1e999
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    throw invalid_input(where, what + " is not valid JSON: " + msg);
   }
 }
 
