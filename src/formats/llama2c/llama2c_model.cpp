@@ -35,17 +35,17 @@ Llama2cHeader read_llama2c_header(const std::filesystem::path& bin) {
   if (file->size() < 28) throw invalid_input(where, "too short for a llama2.c checkpoint header (28 bytes)");
   int32_t v[7];
   std::memcpy(v, file->data(), sizeof v);
-  Llama2cHeader h{v[0], v[1], v[2], v[3], v[4], v[5] < 0 ? -v[5] : v[5], v[6], v[5] > 0};
   auto bad = [&](const std::string& what) {
-    return invalid_input(where, what + " (header: dim " + std::to_string(h.dim) + ", hidden_dim " +
-                                    std::to_string(h.hidden_dim) + ", n_layers " + std::to_string(h.n_layers) +
-                                    ", n_heads " + std::to_string(h.n_heads) + ", n_kv_heads " +
-                                    std::to_string(h.n_kv_heads) + ", vocab " + std::to_string(h.vocab_size) +
-                                    ", seq_len " + std::to_string(h.seq_len) + "); not a llama2.c checkpoint?");
+    return invalid_input(where, what + " (header: dim " + std::to_string(v[0]) + ", hidden_dim " + std::to_string(v[1]) +
+                                    ", n_layers " + std::to_string(v[2]) + ", n_heads " + std::to_string(v[3]) +
+                                    ", n_kv_heads " + std::to_string(v[4]) + ", vocab " + std::to_string(v[5]) +
+                                    ", seq_len " + std::to_string(v[6]) + "); not a llama2.c checkpoint?");
   };
+  // Checked before the vocabulary's sign is taken off: -INT32_MIN does not exist.
   const int32_t lim = 1 << 20;
   for (int32_t x : v)
     if (x == 0 || x > lim || x < -lim) throw bad("header values must be non-zero and below 2^20");
+  const Llama2cHeader h{v[0], v[1], v[2], v[3], v[4], v[5] < 0 ? -v[5] : v[5], v[6], v[5] > 0};
   if (h.dim < 0 || h.hidden_dim < 0 || h.n_layers < 0 || h.n_heads < 0 || h.n_kv_heads < 0 || h.seq_len < 0)
     throw bad("negative dimension");
   if (h.dim % h.n_heads != 0 || (h.dim / h.n_heads) % 2 != 0) throw bad("dim must be n_heads x an even head size");
