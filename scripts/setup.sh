@@ -4,6 +4,8 @@
 # something is missing.
 #   scripts/setup.sh            build, test and run dependencies
 #   scripts/setup.sh --fixture  also what scripts/fixture/ needs to retrain the fixture model
+#   scripts/setup.sh --fuzz     also clang and libFuzzer for scripts/fuzz.sh
+# (flags combine: scripts/setup.sh --fixture --fuzz)
 set -euo pipefail
 
 packages=(
@@ -12,9 +14,13 @@ packages=(
   libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
   python3-dev python3-numpy python3-pytest
 )
-if [[ "${1:-}" == "--fixture" ]]; then
-  packages+=(python3-torch libopenblas0-pthread python3-sentencepiece python3-protobuf npm)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --fixture) packages+=(python3-torch libopenblas0-pthread python3-sentencepiece python3-protobuf npm) ;;
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
+    *) echo "setup.sh: unknown option '$arg' (--fixture, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
+#include "core/text_input.h"
 #include "eval/perplexity.h"
 #include "runtime/cpu/kernels.h"
 
@@ -106,7 +107,7 @@ void run_eval(const EvalOpts& o) {
   p.kv_dtype = rt::parse_kv_dtype(o.kv);
   if (!o.json_out.empty())
     check_output_file(o.json_out, {model_input(o.model), model_input(o.baseline), o.text}, true, true, "--json");
-  const std::string text = read_text_file(o.text);
+  const std::string text = read_text_input(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   std::unique_ptr<rt::Model> base;

@@ -8,6 +8,7 @@
 #include "core/io.h"
 #include "core/progress.h"
 #include "runtime/finite_weights.h"
+#include "core/text_input.h"
 
 namespace qf::cli {
 namespace {
@@ -23,7 +24,7 @@ void run_imatrix(const ImatrixOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   check_output_file(o.out, {model_input(o.model), o.text}, o.force, false, "-o");
-  const std::string text = read_text_file(o.text);
+  const std::string text = read_text_input(o.text);
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   if (!o.allow_nonfinite) {

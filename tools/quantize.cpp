@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
+#include "core/text_input.h"
 #include "eval/perplexity.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
@@ -42,7 +43,7 @@ void run_quantize(const QuantizeOpts& o) {
     auto base = rt::load_model(o.model);
     auto tok = load_tokenizer(qm->source());
     eval::PplOptions p;
-    const auto spans = eval::make_spans(*tok, read_text_file(o.eval_text), p, qm->max_context(), o.eval_text);
+    const auto spans = eval::make_spans(*tok, read_text_input(o.eval_text), p, qm->max_context(), o.eval_text);
     const eval::EvalResult r = eval::evaluate(*qm, base.get(), spans, p, pool);
     std::printf("eval %s: perplexity %.4f (baseline %.4f, delta %+.4f), mean KLD %.6f, top-1 %.2f%%\n",
                 o.eval_text.c_str(), r.ppl, r.base_ppl, r.ppl_delta, r.kld_mean, 100.0 * r.top1_agreement);

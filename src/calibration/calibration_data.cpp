@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/io.h"
 
 namespace qf {
 
@@ -14,7 +13,7 @@ std::vector<std::vector<int32_t>> load_calibration(const std::filesystem::path& 
   const std::string where = file.string();
   if (o.num_samples < 1) throw invalid_input(where, "num_samples must be at least 1");
   if (o.seq_len < 2) throw invalid_input(where, "seq_len must be at least 2");
-  const std::string text = read_text_file(file);
+  const std::string text = read_text_input(file, o.warn);
   // splitmix64 with our own range reduction and shuffle: the same samples
   // for a seed whatever the C++ standard library.
   uint64_t state = o.seed;

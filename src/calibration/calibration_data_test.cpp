@@ -53,6 +53,28 @@ TEST(CalibrationData, JsonlRecordsAndErrors) {
   EXPECT_QF_ERROR(load_calibration(t.path() / "short.txt", *tok, o), ErrorKind::InvalidInput, "fewer than one sample of 512");
 }
 
+// Calibration files are checked to be text (core/text_input.h) before they are tokenized.
+TEST(CalibrationData, BinaryAndUtf16AreErrorsInvalidUtf8AWarning) {
+  auto tok = load_tokenizer(fixture());
+  TempDir t;
+  CalibrationOptions o;
+  o.num_samples = 2;
+  o.seq_len = 4;
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& w) { warnings.push_back(w); };
+  write_file(t.path() / "u16.txt", std::string("\xFF\xFE" "a\0b\0c\0", 8));
+  EXPECT_QF_ERROR(load_calibration(t.path() / "u16.txt", *tok, o), ErrorKind::InvalidInput, "u16.txt: is UTF-16 text");
+  write_file(t.path() / "nul.jsonl", std::string("{\"text\": \"a\"}\n\0\n", 15));
+  EXPECT_QF_ERROR(load_calibration(t.path() / "nul.jsonl", *tok, o), ErrorKind::InvalidInput, "nul.jsonl: has a NUL byte at offset 14");
+  EXPECT_QF_ERROR(load_calibration(t.path(), *tok, o), ErrorKind::InvalidInput, "is a folder, not a regular file");
+  EXPECT_TRUE(warnings.empty());
+  write_file(t.path() / "latin1.txt", "The President said caf\xE9 cr\xE8me and went on with the day");
+  const auto s = load_calibration(t.path() / "latin1.txt", *tok, o);
+  EXPECT_EQ(s.size(), 2u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("latin1.txt: 2 bytes of invalid UTF-8 (the first at offset 22)"), std::string::npos) << warnings[0];
+}
+
 TEST(ActivationStore, SpillsBeyondTheBudgetAndReadsBackExactly) {
   std::vector<size_t> sizes = {1000, 10, 5000};
   ActivationStore mem(sizes, 0), disk(sizes, 4000);

@@ -32,7 +32,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw invalid_input(path.string(), "not a regular file");
+    throw invalid_input(path.string(), S_ISDIR(st.st_mode) ? "is a folder, not a regular file" : "not a regular file");
   }
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
@@ -53,10 +53,27 @@ MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+namespace {
+
+// fs::status without the exception: "no such file" is not_found_error (not an error).
+fs::file_status checked_status(const fs::path& path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec && st.type() != fs::file_type::not_found) throw io_error(path.string(), "cannot access: " + ec.message());
+  return st;
+}
+
+}  // namespace
+
+bool path_exists(const fs::path& path) { return fs::exists(checked_status(path)); }
+bool is_folder(const fs::path& path) { return fs::is_directory(checked_status(path)); }
+bool is_file(const fs::path& path) { return fs::is_regular_file(checked_status(path)); }
+
 std::string read_text_file(const fs::path& path) {
+  if (is_folder(path)) throw invalid_input(path.string(), "is a folder, not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (!fs::exists(path)) throw not_found(path.string(), "no such file");
+    if (!path_exists(path)) throw not_found(path.string(), "no such file");
     throw io_error(path.string(), "cannot open for reading");
   }
   std::ostringstream ss;

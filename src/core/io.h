@@ -31,7 +31,16 @@ class MappedFile {
   std::filesystem::path path_;
 };
 
+// The whole file. A folder is InvalidInput, a missing file NotFound.
 std::string read_text_file(const std::filesystem::path& path);
+
+// std::filesystem::exists / is_directory / is_regular_file for paths that
+// come from the user: an error other than "no such file" (a name too long, a
+// parent folder without permission) is qf::Error Io naming the path, not a
+// std::filesystem::filesystem_error.
+bool path_exists(const std::filesystem::path& path);
+bool is_folder(const std::filesystem::path& path);
+bool is_file(const std::filesystem::path& path);
 
 // Writes a file under a temporary name in the target folder (see
 // temporaries.h: ".NAME.tmp.HOST.PID.RAND"), then fsyncs and renames it over

@@ -107,5 +107,21 @@ TEST(CheckOutputFile, RefusesInputsFoldersAndExistingFilesUnlessForced) {
   EXPECT_QF_ERROR(check_output_file(d / "fifo", inputs, true, false, "-o"), ErrorKind::Io, "not a regular file");
 }
 
+TEST(PathChecks, FoldersAndUnreachableNamesAreQfErrors) {
+  test::TempDir d;
+  test::write_file(d / "a.txt", "x");
+  EXPECT_TRUE(path_exists(d / "a.txt"));
+  EXPECT_TRUE(is_file(d / "a.txt"));
+  EXPECT_FALSE(is_folder(d / "a.txt"));
+  EXPECT_TRUE(is_folder(d.path()));
+  EXPECT_FALSE(path_exists(d / "missing"));
+  EXPECT_FALSE(path_exists(d / "a.txt" / "below-a-file"));  // ENOTDIR counts as absent
+  const auto long_name = d / std::string(300, 'n');           // beyond NAME_MAX: ENAMETOOLONG
+  EXPECT_QF_ERROR(path_exists(long_name), ErrorKind::Io, "cannot access: File name too long");
+  EXPECT_QF_ERROR(read_text_file(long_name), ErrorKind::Io, "File name too long");
+  EXPECT_QF_ERROR(read_text_file(d.path()), ErrorKind::InvalidInput, "is a folder, not a regular file");
+  EXPECT_QF_ERROR(read_text_file(d / "missing"), ErrorKind::NotFound, "no such file");
+}
+
 }  // namespace
 }  // namespace qf

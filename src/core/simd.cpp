@@ -1,5 +1,7 @@
 #include "core/simd.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -10,10 +12,16 @@
 
 namespace qf {
 
+// F16C from CPUID: clang before 16 does not accept "f16c" in __builtin_cpu_supports.
+static bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+
 SimdLevel best_simd_level() {
   static const SimdLevel best = [] {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     // The AVX-512 level also runs AVX2 kernels (those with no AVX-512 version).
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return SimdLevel::Avx512;
     return avx2 ? SimdLevel::Avx2 : SimdLevel::Scalar;

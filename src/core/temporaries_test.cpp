@@ -23,8 +23,10 @@ long dead_pid() {
 }
 
 fs::path temp_of(const fs::path& final_path, const std::string& kind, const std::string& host, long pid) {
-  return final_path.parent_path() /
-         ("." + final_path.filename().string() + "." + kind + "." + host + "." + std::to_string(pid) + ".0123abcd");
+  std::string name = ".";
+  name += final_path.filename().string();
+  for (const std::string& part : {kind, host, std::to_string(pid), std::string("0123abcd")}) name += "." + part;
+  return final_path.parent_path() / name;
 }
 
 TEST(Temporaries, NamesSayWhatTheyAreAndWhoOwnsThem) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/safetensors.h"
 
 namespace qf {
@@ -62,6 +63,10 @@ ojson parse_json_strict(std::string_view text, const std::string& where, const s
     std::string msg = e.what();
     if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
     throw invalid_input(where, what + " is not valid JSON (at byte " + std::to_string(e.byte) + "): " + msg);
+  } catch (const ojson::exception& e) {  // out_of_range: a number beyond double, such as 1e999
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    throw invalid_input(where, what + " is not valid JSON: " + msg);
   }
 }
 
@@ -301,8 +306,8 @@ std::string join_names(const std::vector<fs::path>& paths) {
 
 // What a folder holds: an index, or one .safetensors file.
 fs::path pick_in_folder(const fs::path& dir) {
-  if (fs::exists(dir / kIndexName)) return dir / kIndexName;
-  if (fs::exists(dir / kSingleName)) return dir / kSingleName;
+  if (path_exists(dir / kIndexName)) return dir / kIndexName;
+  if (path_exists(dir / kSingleName)) return dir / kSingleName;
   std::vector<fs::path> files = list_safetensors(dir, ".safetensors");
   if (files.size() == 1) return files[0];
   if (files.empty()) throw not_found(dir.string(), "no .safetensors file in this folder");
@@ -351,7 +356,7 @@ std::vector<SafetensorsFile> open_shards(const IndexFile& idx) {
   const fs::path dir = idx.path.parent_path();
   std::set<std::string> shards;
   for (const auto& [name, file] : idx.weight_map) {
-    if (!fs::exists(dir / file))
+    if (!path_exists(dir / file))
       throw not_found(idx.path.string(), "shard " + squote(file) + " (listed for tensor " + squote(name) + ") does not exist");
     shards.insert(file);
   }

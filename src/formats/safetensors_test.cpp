@@ -398,6 +398,8 @@ std::vector<BadCase> corpus() {
       {"HeaderNotJson", hdr("{not json}", ""), kInv, kBad, "header is not valid JSON (at byte 3): parse error at line 1, column 3"},
       {"HeaderInvalidUtf8", hdr("{\"\xff\xfe\":1}", ""), kInv, kBad, "header is not valid JSON"},
       {"HeaderTrailingGarbage", hdr("{} x", ""), kInv, kBad, "header is not valid JSON"},
+      // Found by fuzz_safetensors: nlohmann reports a number beyond double as out_of_range, not parse_error.
+      {"HeaderNumberOverflow", hdr("{\"a\": 1e999}", ""), kInv, kBad, "header is not valid JSON: number overflow parsing '1e999'"},
       {"HeaderIsArray", hdr("[1,2]", ""), kInv, kBad, "header must be a JSON object starting with '{'"},
       {"HeaderLeadingSpace", hdr(" {}", ""), kInv, kBad, "starting with '{'"},
       {"HeaderDeeplyNested", hdr("{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""), kInv, kBad,

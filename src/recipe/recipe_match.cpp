@@ -37,9 +37,11 @@ pcre2_code* compile_anchored(const std::string& regex, std::string* err) {
   return c;
 }
 
-// Compiled "re:" patterns, shared by every lookup. Patterns come from recipes:
-// a handful per run, so the cache is never trimmed.
+// Compiled "re:" patterns, shared by every lookup. Recipes hold a handful;
+// a process that parses many recipes (a fuzzer, a service) would grow the
+// cache without end, so it is emptied when it reaches kMaxCached patterns.
 CodePtr compiled(const std::string& regex) {
+  constexpr size_t kMaxCached = 256;
   static std::mutex mu;
   static std::unordered_map<std::string, CodePtr> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -49,6 +51,7 @@ CodePtr compiled(const std::string& regex) {
   pcre2_code* c = compile_anchored(regex, &err);
   if (!c) throw invalid_input("re:" + regex, err);
   CodePtr p(c, CodeDeleter());
+  if (cache.size() >= kMaxCached) cache.clear();  // holders keep their shared_ptr
   cache.emplace(regex, p);
   return p;
 }

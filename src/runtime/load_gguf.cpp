@@ -1,4 +1,7 @@
 // GGUF -> runtime Model, weights used in place from the mapping.
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <memory>
 
 #include "core/error.h"
@@ -57,12 +60,11 @@ struct GgufReader {
 
 }  // namespace
 
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
-  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file)), file.string()};
-  const GgufFile& f = *r.f;
+ModelConfig gguf_model_config(const GgufFile& f) {
+  const std::string where = f.path().string();
   const std::string arch = f.get_string("general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
-    throw unsupported(r.where, "general.architecture '" + arch + "' is not supported by the runtime (llama, mistral, qwen2, qwen3)");
+    throw unsupported(where, "general.architecture '" + arch + "' is not supported by the runtime (llama, mistral, qwen2, qwen3)");
   auto key = [&](const std::string& k) { return arch + "." + k; };
   ModelConfig c;
   c.model_type = arch == "mistral" ? "llama" : arch;
@@ -70,14 +72,17 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
   c.num_hidden_layers = f.get_u32(key("block_count"));
   c.num_attention_heads = f.get_u32(key("attention.head_count"));
   c.num_key_value_heads = f.has(key("attention.head_count_kv")) ? f.get_u32(key("attention.head_count_kv")) : c.num_attention_heads;
-  c.head_dim = f.has(key("attention.key_length")) ? f.get_u32(key("attention.key_length")) : c.hidden_size / c.num_attention_heads;
+  // 0 when absent: check_model_config derives embedding_length / head_count (and checks that it divides).
+  c.head_dim = f.has(key("attention.key_length")) ? f.get_u32(key("attention.key_length")) : 0;
+  if (f.has(key("attention.key_length")) && c.head_dim == 0)
+    throw invalid_input(where, "'" + key("attention.key_length") + "' is 0, must be a positive integer");
   c.intermediate_size = f.get_u32(key("feed_forward_length"));
   c.max_position_embeddings = f.has(key("context_length")) ? f.get_u32(key("context_length")) : 0;
   c.rope_theta = f.has(key("rope.freq_base")) ? f.get_f32(key("rope.freq_base")) : 10000.0;
   c.rms_norm_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
   if (f.has(key("attention.sliding_window"))) c.sliding_window = f.get_u32(key("attention.sliding_window"));
   if (f.has(key("expert_count")) && f.get_u32(key("expert_count")) > 0)
-    throw unsupported(r.where, "mixture-of-experts GGUF models are not supported by the runtime yet");
+    throw unsupported(where, "mixture-of-experts GGUF models are not supported by the runtime yet");
   if (f.has(key("rope.scaling.type"))) {
     const std::string t = f.get_string(key("rope.scaling.type"));
     if (t == "linear") {
@@ -86,15 +91,61 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
       s.factor = f.get_f32(key("rope.scaling.factor"));
       c.rope_scaling = s;
     } else if (t != "none") {
-      throw unsupported(r.where, "rope.scaling.type '" + t + "' is not supported by the runtime");
+      throw unsupported(where, "rope.scaling.type '" + t + "' is not supported by the runtime");
     }
   }
-  const GgufTensorInfo& emb = r.info("token_embd.weight");
-  if (emb.dims.size() != 2 || emb.dims[0] != static_cast<uint64_t>(c.hidden_size))
-    throw invalid_input(r.where, "token_embd.weight should have ne = [" + std::to_string(c.hidden_size) + ", vocab]");
-  c.vocab_size = static_cast<int64_t>(emb.dims[1]);
-  c.tie_word_embeddings = !r.has("output.weight");
+  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) throw not_found(where, "tensor 'token_embd.weight' is missing");
+  if (emb->dims.size() != 2)
+    throw invalid_input(where, "tensor 'token_embd.weight' should have 2 dims, ne = [" + key("embedding_length") + ", vocab]");
+  c.vocab_size = static_cast<int64_t>(std::min<uint64_t>(emb->dims[1], uint64_t{1} << 62));
+  c.tie_word_embeddings = !f.find_tensor("output.weight");
   c.torch_dtype = "gguf";
+
+  static const std::map<std::string, std::string> kGgufKeys = {
+      {"hidden_size", "embedding_length"},
+      {"num_hidden_layers", "block_count"},
+      {"num_attention_heads", "attention.head_count"},
+      {"num_key_value_heads", "attention.head_count_kv"},
+      {"head_dim", "attention.key_length"},
+      {"intermediate_size", "feed_forward_length"},
+      {"max_position_embeddings", "context_length"},
+      {"rope_theta", "rope.freq_base"},
+      {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
+      {"sliding_window", "attention.sliding_window"},
+      {"rope_scaling.factor", "rope.scaling.factor"}};
+  check_model_config(c, where, [&](const std::string& k) {
+    if (k == "vocab_size") return std::string("token_embd.weight ne[1] (vocabulary size)");
+    auto it = kGgufKeys.find(k);
+    return it == kGgufKeys.end() ? k : key(it->second);
+  });
+  if (emb->dims[0] != static_cast<uint64_t>(c.hidden_size))
+    throw invalid_input(where, "tensor 'token_embd.weight' should have ne = [" + std::to_string(c.hidden_size) + ", vocab]");
+  // The runtime rotates and attends over head_dim for both K and V.
+  if (f.has(key("attention.value_length")) && f.get_u32(key("attention.value_length")) != static_cast<uint64_t>(c.head_dim))
+    throw unsupported(where, "'" + key("attention.value_length") + "' " + std::to_string(f.get_u32(key("attention.value_length"))) +
+                                 " differs from the key length " + std::to_string(c.head_dim) + ", which the runtime does not support");
+  if (f.has(key("rope.dimension_count"))) {
+    const uint32_t rd = f.get_u32(key("rope.dimension_count"));
+    if (rd == 0 || rd % 2 != 0 || rd > c.head_dim)
+      throw invalid_input(where, "'" + key("rope.dimension_count") + "' is " + std::to_string(rd) +
+                                     ", must be even and between 2 and the head size " + std::to_string(c.head_dim));
+    if (rd != c.head_dim)
+      throw unsupported(where, "'" + key("rope.dimension_count") + "' " + std::to_string(rd) + " is below the head size " +
+                                   std::to_string(c.head_dim) + " (partial RoPE), which the runtime does not support");
+  }
+  std::vector<std::string> names;
+  names.reserve(f.tensors().size());
+  for (const GgufTensorInfo& t : f.tensors()) names.push_back(t.name);
+  check_layer_tensors(names, "blk.", c.num_hidden_layers, where, key("block_count"));
+  return c;
+}
+
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
+  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file)), file.string()};
+  const GgufFile& f = *r.f;
+  ModelConfig c = gguf_model_config(f);
+  const std::string arch = f.get_string("general.architecture");
 
   ModelWeights w;
   w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false);
@@ -121,7 +172,13 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
   w.lm_head = c.tie_word_embeddings ? w.embed : r.linear("output", c.vocab_size, c.hidden_size, false);
   // llama.cpp's LLAMA RoPE mode rotates adjacent pairs; qwen2/qwen3 use NEOX (halves).
   w.rope_interleaved = arch == "llama" || arch == "mistral";
-  if (r.has("rope_freqs.weight")) w.rope_freq_factors = r.vec("rope_freqs.weight", c.head_dim / 2);
+  if (r.has("rope_freqs.weight")) {
+    w.rope_freq_factors = r.vec("rope_freqs.weight", c.head_dim / 2);
+    for (size_t i = 0; i < w.rope_freq_factors.size(); ++i)  // the runtime divides the RoPE frequencies by them
+      if (!(w.rope_freq_factors[i] > 0) || !std::isfinite(w.rope_freq_factors[i]))
+        throw invalid_input(r.where, "tensor 'rope_freqs.weight' value " + std::to_string(i) + " is " +
+                                         std::to_string(w.rope_freq_factors[i]) + ", must be positive and finite");
+  }
   return std::make_unique<Model>(std::move(c), std::move(w), file);
 }
 

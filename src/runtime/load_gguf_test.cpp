@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "formats/gguf/gguf_writer.h"
@@ -53,15 +54,16 @@ TEST(BlockLinear, MatchesDequantizedWeightsForEveryType) {
 }
 
 // A minimal llama GGUF: 1 layer, hidden 32, 2 heads, vocab 16, f32 weights.
-void write_tiny(const std::filesystem::path& p, const std::string& arch, bool drop_q) {
+// `u32` replaces (or adds) UINT32 keys after "<arch>.", `eps` the epsilon.
+void write_tiny(const std::filesystem::path& p, const std::string& arch, bool drop_q,
+                std::map<std::string, uint32_t> u32 = {}, float eps = 1e-5f) {
   GgufWriter w(p);
   w.add_string("general.architecture", arch);
-  w.add_u32(arch + ".embedding_length", 32);
-  w.add_u32(arch + ".block_count", 1);
-  w.add_u32(arch + ".attention.head_count", 2);
-  w.add_u32(arch + ".feed_forward_length", 64);
-  w.add_u32(arch + ".context_length", 64);
-  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  std::map<std::string, uint32_t> keys = {{"embedding_length", 32}, {"block_count", 1}, {"attention.head_count", 2},
+                                          {"feed_forward_length", 64}, {"context_length", 64}};
+  for (const auto& [k, v] : u32) keys[k] = v;
+  for (const auto& [k, v] : keys) w.add_u32(arch + "." + k, v);
+  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", eps);
   auto add = [&](const std::string& name, std::vector<uint64_t> dims) {
     uint64_t n = 1;
     for (auto v : dims) n *= v;
@@ -97,6 +99,44 @@ TEST(LoadGguf, TinyModelLoadsAndBadOnesFailClearly) {
   EXPECT_QF_ERROR(load_model((t.path() / "junk.gguf").string()), ErrorKind::InvalidInput, "junk.gguf");
   write_file(t.path() / "x.bin", "abc");
   EXPECT_QF_ERROR(load_model((t.path() / "x.bin").string()), ErrorKind::Unsupported, "neither");
+}
+
+// Hyper-parameters the runtime divides by or sizes buffers with: each broken
+// one is InvalidInput naming the GGUF key (head_count 0 was a SIGFPE).
+TEST(LoadGguf, HyperParametersAreValidated) {
+  TempDir t;
+  struct Case {
+    std::map<std::string, uint32_t> u32;
+    float eps;
+    ErrorKind kind;
+    const char* fragment;
+  };
+  const Case cases[] = {
+      {{{"attention.head_count", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.attention.head_count' is 0, must be a positive integer"},
+      {{{"attention.head_count_kv", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.attention.head_count_kv' is 0"},
+      {{{"block_count", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.block_count' is 0"},
+      {{{"embedding_length", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.embedding_length' is 0"},
+      {{{"feed_forward_length", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.feed_forward_length' is 0"},
+      {{{"attention.head_count", 3}}, 1e-5f, ErrorKind::InvalidInput,
+       "'llama.embedding_length' 32 is not divisible by 'llama.attention.head_count' 3"},
+      {{{"attention.head_count", 4}, {"attention.head_count_kv", 3}}, 1e-5f, ErrorKind::InvalidInput,
+       "'llama.attention.head_count' 4 is not a multiple of 'llama.attention.head_count_kv' 3"},
+      {{{"attention.key_length", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.attention.key_length' is 0"},
+      {{{"attention.key_length", 15}}, 1e-5f, ErrorKind::InvalidInput, "'llama.attention.key_length' is 15, must be even"},
+      {{{"rope.dimension_count", 0}}, 1e-5f, ErrorKind::InvalidInput, "'llama.rope.dimension_count' is 0"},
+      {{{"rope.dimension_count", 8}}, 1e-5f, ErrorKind::Unsupported, "(partial RoPE)"},
+      {{{"attention.value_length", 8}}, 1e-5f, ErrorKind::Unsupported, "'llama.attention.value_length' 8 differs from the key length 16"},
+      {{{"block_count", 2}}, 1e-5f, ErrorKind::InvalidInput, "'llama.block_count' is 2, but there is no tensor for layer 1"},
+      {{}, -1e-5f, ErrorKind::InvalidInput, "'llama.attention.layer_norm_rms_epsilon' is -1e-05, must be a positive finite number"},
+      {{}, 0.0f, ErrorKind::InvalidInput, "'llama.attention.layer_norm_rms_epsilon' is 0"},
+      {{}, INFINITY, ErrorKind::InvalidInput, "'llama.attention.layer_norm_rms_epsilon' is inf"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fragment);
+    write_tiny(t.path() / "bad.gguf", "llama", false, c.u32, c.eps);
+    EXPECT_QF_ERROR(load_gguf_model(t.path() / "bad.gguf"), c.kind, "bad.gguf: ");
+    EXPECT_QF_ERROR(load_gguf_model(t.path() / "bad.gguf"), c.kind, c.fragment);
+  }
 }
 
 }  // namespace

@@ -82,7 +82,9 @@ struct HfReader {
 
 }  // namespace
 
-std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
+namespace {
+
+std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
   ModelConfig c = load_model_config(dir);
   std::string method;
   nlohmann::json qcfg;
@@ -114,8 +116,11 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
       }
     } else if (method == "modelopt") {
       // hf_quant_config.json is modelopt's own description; config.json's block mirrors it.
-      if (std::filesystem::exists(dir / "hf_quant_config.json"))
-        qcfg = nlohmann::json::parse(read_text_file(dir / "hf_quant_config.json"));
+      if (path_exists(dir / "hf_quant_config.json")) {
+        const std::filesystem::path hq = dir / "hf_quant_config.json";
+        qcfg = nlohmann::json::parse(read_text_file(hq), nullptr, false);
+        if (!qcfg.is_object()) throw invalid_input(hq.string(), "not a JSON object");
+      }
       const std::string algo = modelopt_quant_algo(qcfg);
       if (algo != "FP8" && algo != "NVFP4" && algo != "W4A16_NVFP4")
         throw unsupported(cfg_file, "modelopt quant_algo '" + algo + "' is not supported by the runtime (FP8, NVFP4, W4A16_NVFP4)");
@@ -129,6 +134,7 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
   }
   if (c.is_moe()) throw unsupported(dir.string(), "mixture-of-experts models are not supported by the runtime yet");
   HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir)), qcfg, method};
+  check_layer_tensors(r.ck->names(), "model.layers.", c.num_hidden_layers, cfg_file, "num_hidden_layers");
   const bool qkv_bias = c.model_type == "qwen2" || c.attention_bias;
   const bool o_bias = c.model_type != "qwen2" && c.attention_bias;
   ModelWeights w;
@@ -168,9 +174,21 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
   return std::make_unique<Model>(std::move(c), std::move(w), dir);
 }
 
+}  // namespace
+
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
+  try {
+    return load_hf_model_checked(dir);
+  } catch (const nlohmann::json::exception& e) {
+    // A quantization_config (or hf_quant_config.json) value of the wrong JSON
+    // type, read by one of the checkpoint-format readers.
+    throw invalid_input((dir / "config.json").string(), std::string("malformed quantization configuration: ") + e.what());
+  }
+}
+
 std::unique_ptr<Model> load_model(const std::string& model) {
   const std::filesystem::path p(model);
-  if (std::filesystem::is_regular_file(p)) {
+  if (is_file(p)) {
     if (p.extension() == ".gguf") return load_gguf_model(p);
     throw unsupported(model, "the runtime reads .gguf files and Hugging Face folders; this is neither");
   }

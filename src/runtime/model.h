@@ -18,6 +18,10 @@
 #include "runtime/kv_cache.h"
 #include "runtime/linear.h"
 
+namespace qf {
+class GgufFile;
+}
+
 namespace qf::rt {
 
 struct LayerWeights {
@@ -164,6 +168,12 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir);
 // A GGUF file (llama, qwen2, qwen3 architectures; every type kquants reads),
 // weights used in place from the mapping.
 std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file);
+
+// The hyper-parameters of a GGUF model (general.architecture and its
+// "<arch>.*" keys, the vocabulary from token_embd.weight), validated by
+// check_model_config with GGUF key names in messages, and checked against the
+// blk.N tensors present.
+ModelConfig gguf_model_config(const GgufFile& file);
 
 // Any model the runtime reads: a .gguf file, a Hugging Face folder (or cache id).
 std::unique_ptr<Model> load_model(const std::string& model);

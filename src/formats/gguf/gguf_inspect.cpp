@@ -56,6 +56,10 @@ json inspect_gguf(const std::filesystem::path& file) {
     total += t.nbytes;
     elements += t.numel();
   }
+  // inspect describes malformed files too: keys of the wrong type are shown
+  // as they are in the metadata, not interpreted.
+  const GgufValue* av = f.find("general.architecture");
+  const std::string arch = av && av->type == GgufType::String ? av->s : "";
   json types = json::object();
   for (const auto& [k, v] : by_type)
     types[k] = {{"elements", v.first}, {"bytes", v.second}, {"bits_per_weight", v.first ? 8.0 * v.second / v.first : 0.0}};
@@ -63,7 +67,7 @@ json inspect_gguf(const std::filesystem::path& file) {
             {"format", "gguf"},
             {"version", f.version()},
             {"alignment", f.alignment()},
-            {"architecture", f.has("general.architecture") ? f.get_string("general.architecture") : ""},
+            {"architecture", arch},
             {"tensor_count", f.tensors().size()},
             {"elements", elements},
             {"tensor_bytes", total},
@@ -71,7 +75,8 @@ json inspect_gguf(const std::filesystem::path& file) {
             {"types", types},
             {"metadata", meta},
             {"tensors", tensors}};
-  if (f.has("general.file_type")) j["file_type"] = llama_ftype_name(f.get_u32("general.file_type"));
+  if (const GgufValue* ft = f.find("general.file_type"); ft && ft->type == GgufType::U32)
+    j["file_type"] = llama_ftype_name(static_cast<uint32_t>(ft->u));
   return j;
 }
 
@@ -84,7 +89,11 @@ std::string format_gguf_report(const json& info) {
        (info.contains("file_type") ? ", file type " + info["file_type"].get<std::string>() : ""));
   const json& m = info["metadata"];
   const std::string a = info["architecture"];
-  auto num = [&](const std::string& k) -> long long { return m.contains(a + "." + k) ? m[a + "." + k].get<long long>() : -1; };
+  // -1 when absent or not an integer (a malformed file is still reported).
+  auto num = [&](const std::string& k) -> long long {
+    auto it = m.find(a + "." + k);
+    return it != m.end() && it->is_number_integer() ? it->get<long long>() : -1;
+  };
   std::snprintf(buf, sizeof buf, "dimensions:   hidden %lld, layers %lld, heads %lld, kv heads %lld, ffn %lld, context %lld",
                 num("embedding_length"), num("block_count"), num("attention.head_count"),
                 num("attention.head_count_kv"), num("feed_forward_length"), num("context_length"));

@@ -4,6 +4,7 @@
 
 #include "formats/gguf/gguf.h"
 #include "core/io.h"
+#include "formats/gguf/gguf_inspect.h"
 #include "formats/gguf/gguf_writer.h"
 #include "test_util.h"
 
@@ -329,6 +330,32 @@ uint64_t exercise(const GgufFile& f) {
     for (uint64_t i = 0; i < t.nbytes; ++i) sum += p[i];
   }
   return sum;
+}
+
+// inspect describes malformed files too: keys of the wrong type are shown as
+// written (the report once read them as integers and threw a JSON type_error).
+TEST(Gguf, InspectShowsKeysOfTheWrongType) {
+  TempDir t;
+  {
+    GgufWriter w(t.path() / "odd.gguf");
+    w.add_string("general.architecture", "llama");
+    w.add_string("llama.block_count", "four");
+    w.add_f32("llama.embedding_length", 4096.5f);
+    w.add_string("general.file_type", "Q4_K_M");
+    w.finish();
+  }
+  const nlohmann::json info = inspect_gguf(t.path() / "odd.gguf");
+  EXPECT_EQ(info["architecture"], "llama");
+  EXPECT_FALSE(info.contains("file_type"));
+  const std::string report = format_gguf_report(info);
+  EXPECT_NE(report.find("hidden -1, layers -1"), std::string::npos) << report;
+  EXPECT_NE(report.find("llama.block_count = \"four\""), std::string::npos) << report;
+  {
+    GgufWriter w(t.path() / "arch.gguf");
+    w.add_u32("general.architecture", 7);
+    w.finish();
+  }
+  EXPECT_EQ(inspect_gguf(t.path() / "arch.gguf")["architecture"], "");
 }
 
 TEST(Gguf, SurvivesRandomMutations) {

@@ -88,6 +88,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
   Checkpoint ck = Checkpoint::open(dir);
+  check_layer_tensors(ck.names(), "model.layers.", c.num_hidden_layers, (dir / "config.json").string(), "num_hidden_layers");
   Imatrix imatrix;
   const bool has_imatrix = !opts.imatrix.empty();
   if (has_imatrix) imatrix = read_imatrix(opts.imatrix);

@@ -28,15 +28,16 @@ bool strip_suffix(std::string& s, const std::string& suffix) {
   return true;
 }
 
-// Finite values and a positive finite count; `where` names file and tensor.
+// Finite, non-negative values and a positive finite count; `where` names file and tensor.
 void check_entry(const std::string& where, const ImatrixEntry& e) {
   if (e.in_sum2.empty()) throw invalid_input(where, "imatrix entry has no values");
   if (!std::isfinite(e.count) || e.count <= 0)
     throw invalid_input(where, "imatrix count " + std::to_string(e.count) + " is not a positive number");
+  // Sums of squares (legacy .dat: mean squares times ncall) cannot be negative.
   for (size_t j = 0; j < e.in_sum2.size(); ++j)
-    if (!std::isfinite(e.in_sum2[j]))
-      throw invalid_input(where, "imatrix value " + std::to_string(j) + " is not finite (" +
-                                     std::to_string(e.in_sum2[j]) + ")");
+    if (!std::isfinite(e.in_sum2[j]) || e.in_sum2[j] < 0)
+      throw invalid_input(where, "imatrix value " + std::to_string(j) + " is " + std::to_string(e.in_sum2[j]) +
+                                     " (must be finite and not negative: a sum of squared activations)");
 }
 
 // ---- legacy .dat --------------------------------------------------------------

@@ -19,8 +19,9 @@
 // Validation (InvalidInput naming the file and, where it applies, the tensor):
 // truncation, n_entries < 1, bad lengths, trailing bytes, duplicate names, a
 // GGUF whose general.type is not "imatrix" or that lacks the imatrix.* keys,
-// in_sum2 without counts (or the reverse), non-F32 tensors, count <= 0, and
-// non-finite values (llama-quantize rejects those). MoE entries (nmat > 1) are
+// in_sum2 without counts (or the reverse), non-F32 tensors, count <= 0,
+// non-finite values (llama-quantize rejects those) and negative values (sums of
+// squares cannot be negative). MoE entries (nmat > 1) are
 // Unsupported, naming the tensor. llama-quantize treats a zero count as "no
 // data, use 1"; llama-imatrix only writes zero counts for unused MoE experts,
 // which are rejected anyway, so a zero count is an error here.

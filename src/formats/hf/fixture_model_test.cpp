@@ -82,5 +82,23 @@ TEST(FixtureModel, ReportShowsALearnedQuantizationSensitiveModel) {
   EXPECT_EQ(r["parameters"].get<int64_t>(), params) << "the report describes the bundled weights";
 }
 
+// A layer index beyond int64 (std::stoll threw std::out_of_range) is listed
+// with the tensors outside the layers.
+TEST(Inspect, HugeLayerIndexIsNotALayer) {
+  test::TempDir d;
+  std::filesystem::copy_file(fixture() / "config.json", d / "config.json");
+  {
+    SafetensorsWriter w(d.path(), "model");
+    w.add("model.layers.99999999999999999999999.mlp.up_proj.weight", Tensor::from_f32({1, 2}, {2}));
+    w.add("model.layers.1.mlp.up_proj.weight", Tensor::from_f32({1, 2}, {2}));
+    w.finish();
+  }
+  const nlohmann::json info = inspect_model(d.path().string());
+  ASSERT_EQ(info["layers"].size(), 1u);
+  EXPECT_EQ(info["layers"][0]["index"], 1);
+  ASSERT_EQ(info["other_tensors"].size(), 1u);
+  EXPECT_EQ(info["other_tensors"][0]["name"], "model.layers.99999999999999999999999.mlp.up_proj.weight");
+}
+
 }  // namespace
 }  // namespace qf

@@ -1,10 +1,12 @@
 #include "formats/hf/inspect.h"
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <regex>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/export/awq_format.h"
 #include "formats/export/compressed_tensors.h"
 #include "formats/hf/model_config.h"
@@ -90,8 +92,12 @@ json inspect_model(const std::string& model, const std::string& revision) {
     params += n;
     dtypes[dtype_name(t.dtype)] += n;
     std::smatch m;
+    int64_t idx = -1;  // -1: not a layer tensor (or an index beyond int64, listed with the others)
     if (std::regex_search(name, m, layer_re)) {
-      int64_t idx = std::stoll(m[1].str());
+      const std::string digits = m[1].str();
+      if (std::from_chars(digits.data(), digits.data() + digits.size(), idx).ec != std::errc()) idx = -1;
+    }
+    if (idx >= 0) {
       json& l = layers[idx];
       if (l.is_null()) l = {{"index", idx}, {"bytes", 0}, {"parameters", 0}, {"tensors", json::array()}};
       l["bytes"] = l["bytes"].get<uint64_t>() + t.nbytes();
@@ -108,7 +114,7 @@ json inspect_model(const std::string& model, const std::string& revision) {
   for (auto& [_, l] : layers) layer_list.push_back(std::move(l));
   json tok = json::array();
   for (const char* f : kTokenizerFiles)
-    if (fs::exists(rm.dir / f)) tok.push_back(f);
+    if (path_exists(rm.dir / f)) tok.push_back(f);
 
   return {{"path", rm.dir.string()},
           {"source", {{"kind", rm.kind}, {"repo_id", rm.repo_id}, {"commit", rm.commit}}},
@@ -162,6 +168,7 @@ static std::string quantization_summary(const json& q) {
              (q.value("desc_act", false) ? ", desc_act" : "");
     }
   } catch (const json::exception&) {
+  } catch (const Error&) {  // a scheme the readers refuse: shown as written
   }
   return q.dump();
 }

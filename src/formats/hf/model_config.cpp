@@ -1,6 +1,9 @@
 #include "formats/hf/model_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "core/error.h"
 #include "core/io.h"
@@ -135,18 +138,8 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     else c.eos_token_id = r.opt_int("eos_token_id");
   }
 
-  if (const json* hd = r.get("head_dim")) {
-    c.head_dim = r.positive_int("head_dim");
-    (void)hd;
-  } else {
-    if (c.hidden_size % c.num_attention_heads != 0)
-      throw invalid_input(where, "hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
-                                     std::to_string(c.num_attention_heads) + " and no head_dim is given");
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    throw invalid_input(where, "num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                   " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
+  // 0 when absent: check_model_config derives it from hidden_size / num_attention_heads.
+  if (r.get("head_dim")) c.head_dim = r.positive_int("head_dim");
 
   // Sliding window: mistral uses it when set; qwen2/qwen3 only with use_sliding_window.
   auto sw = r.opt_int("sliding_window");
@@ -180,17 +173,113 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     if (!q->is_object()) r.bad("quantization_config", "an object", *q);
     c.quantization_config = *q;
   }
+  check_model_config(c, where);
   return c;
 }
 
+void check_model_config(ModelConfig& c, const std::string& where, const ConfigKeyName& key_name) {
+  // Built with append(): GCC 12's -Wrestrict misfires on "'" + std::string.
+  auto key = [&](const char* k) {
+    std::string q(1, '\'');
+    q.append(key_name ? key_name(k) : std::string(k)).push_back('\'');
+    return q;
+  };
+  auto fail = [&](const std::string& what) { throw invalid_input(where, what); };
+  // Widths and head counts up to 2^20, vocabularies up to 2^24, layers up to
+  // 2^16: the largest published models are far below, and the products of
+  // sizes the loaders and the runtime form (q_dim, vocab x hidden, hidden x
+  // intermediate, layers x kv_dim) stay far inside int64.
+  constexpr int64_t kMaxWidth = int64_t{1} << 20, kMaxVocab = int64_t{1} << 24, kMaxLayers = int64_t{1} << 16;
+  auto size = [&](const char* k, int64_t v, int64_t max) {
+    if (v <= 0) fail(key(k) + " is " + std::to_string(v) + ", must be a positive integer");
+    if (v > max) fail(key(k) + " is " + std::to_string(v) + ", above the limit of " + std::to_string(max));
+  };
+  size("hidden_size", c.hidden_size, kMaxWidth);
+  size("num_hidden_layers", c.num_hidden_layers, kMaxLayers);
+  size("num_attention_heads", c.num_attention_heads, kMaxWidth);
+  size("num_key_value_heads", c.num_key_value_heads, kMaxWidth);
+  size("vocab_size", c.vocab_size, kMaxVocab);
+  // qwen3_moe models may have no dense MLP (intermediate_size 0).
+  if (c.model_type != "qwen3_moe" || c.intermediate_size != 0) size("intermediate_size", c.intermediate_size, kMaxWidth);
+  if (c.is_moe()) {
+    size(c.model_type == "mixtral" ? "num_local_experts" : "num_experts", c.num_experts, kMaxLayers);
+    size("num_experts_per_tok", c.num_experts_per_tok, c.num_experts);
+    if (c.model_type == "qwen3_moe") size("moe_intermediate_size", c.moe_intermediate_size, kMaxWidth);
+  }
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      fail(key("hidden_size") + " " + std::to_string(c.hidden_size) + " is not divisible by " + key("num_attention_heads") +
+           " " + std::to_string(c.num_attention_heads) + ", and no " + key("head_dim") + " is given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  size("head_dim", c.head_dim, kMaxWidth);
+  if (c.head_dim % 2 != 0)
+    fail(key("head_dim") + " is " + std::to_string(c.head_dim) + ", must be even (RoPE rotates pairs of dimensions)");
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail(key("num_attention_heads") + " " + std::to_string(c.num_attention_heads) + " is not a multiple of " +
+         key("num_key_value_heads") + " " + std::to_string(c.num_key_value_heads));
+  if (c.max_position_embeddings < 0 || c.max_position_embeddings > int64_t{0xffffffff})
+    fail(key("max_position_embeddings") + " is " + std::to_string(c.max_position_embeddings) +
+         ", must be between 0 and 2^32 - 1");
+  auto positive = [&](const char* k, double v) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g", v);
+      fail(key(k) + " is " + buf + ", must be a positive finite number");
+    }
+  };
+  positive("rms_norm_eps", c.rms_norm_eps);
+  positive("rope_theta", c.rope_theta);
+  if (c.sliding_window && *c.sliding_window < 0)
+    fail(key("sliding_window") + " is " + std::to_string(*c.sliding_window) + ", must not be negative");
+  if (c.rope_scaling) {
+    const RopeScaling& s = *c.rope_scaling;
+    if (s.type == "linear" || s.type == "llama3" || s.type == "yarn" || s.type == "dynamic")
+      positive("rope_scaling.factor", s.factor);
+    if (s.type == "llama3") {
+      // rope.cpp and the GGUF converter divide by both factors and by their difference.
+      positive("rope_scaling.low_freq_factor", s.low_freq_factor.value_or(0));
+      positive("rope_scaling.high_freq_factor", s.high_freq_factor.value_or(0));
+      if (!(*s.high_freq_factor > *s.low_freq_factor))
+        fail(key("rope_scaling.high_freq_factor") + " must be greater than " + key("rope_scaling.low_freq_factor"));
+      if (s.original_max_position_embeddings.value_or(0) <= 0)
+        fail(key("rope_scaling.original_max_position_embeddings") + " must be a positive integer");
+    }
+  }
+}
+
+void check_layer_tensors(const std::vector<std::string>& names, const std::string& prefix, int64_t n_layers,
+                         const std::string& where, const std::string& key) {
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(n_layers, 0)), false);
+  for (const std::string& name : names) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    size_t i = prefix.size();
+    uint64_t layer = 0;  // saturates at 2^40, far beyond any layer count
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') {
+      if (layer < (uint64_t{1} << 40)) layer = layer * 10 + static_cast<uint64_t>(name[i] - '0');
+      ++i;
+    }
+    if (i == prefix.size() || i >= name.size() || name[i] != '.') continue;  // not a layer tensor
+    if (layer >= static_cast<uint64_t>(n_layers))
+      throw invalid_input(where, "tensor '" + name + "' belongs to layer " + name.substr(prefix.size(), i - prefix.size()) +
+                                     ", but '" + key + "' is " + std::to_string(n_layers) + " (layers 0 to " +
+                                     std::to_string(n_layers - 1) + ")");
+    seen[layer] = true;
+  }
+  for (size_t l = 0; l < seen.size(); ++l)
+    if (!seen[l])
+      throw invalid_input(where, "'" + key + "' is " + std::to_string(n_layers) + ", but there is no tensor for layer " +
+                                     std::to_string(l) + " ('" + prefix + std::to_string(l) + ".*')");
+}
+
 ModelConfig load_model_config(const fs::path& dir_or_file) {
-  fs::path p = fs::is_directory(dir_or_file) ? dir_or_file / "config.json" : dir_or_file;
-  if (!fs::exists(p)) throw not_found(p.string(), "no config.json (is this a Hugging Face model folder?)");
+  fs::path p = is_folder(dir_or_file) ? dir_or_file / "config.json" : dir_or_file;
+  if (!path_exists(p)) throw not_found(p.string(), "no config.json (is this a Hugging Face model folder?)");
   std::string text = read_text_file(p);
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw invalid_input(p.string(), std::string("not valid JSON: ") + e.what());
   }
   return parse_model_config(j, p.string());

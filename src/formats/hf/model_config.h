@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,31 @@ struct ModelConfig {
 };
 
 const std::vector<std::string>& supported_model_types();
+
+// How a source spells a hyper-parameter in messages, given its config.json
+// key ("hidden_size"); the GGUF loader maps them to its metadata keys
+// ("llama.embedding_length"). Empty: the config.json key itself.
+using ConfigKeyName = std::function<std::string(const std::string& config_key)>;
+
+// Derives head_dim when it is 0 (hidden_size / num_attention_heads, which must
+// then divide) and checks every hyper-parameter the runtime, the converters
+// and the quantizers rely on, for config.json and GGUF alike: sizes positive
+// and within bounds that keep every product of them far from overflow (widths
+// and head counts up to 2^20, vocabularies up to 2^24, layers up to 2^16,
+// contexts up to 2^32 - 1); attention heads a multiple of KV heads; an even
+// head_dim (RoPE rotates pairs); rms_norm_eps and rope_theta positive and
+// finite; rope_scaling factors positive and finite (llama3: low/high
+// frequency factors and original_max_position_embeddings positive, high above
+// low). InvalidInput naming `where` and the key.
+void check_model_config(ModelConfig& c, const std::string& where, const ConfigKeyName& key = {});
+
+// The layers a checkpoint's tensor names hold (names "<prefix><i>.<rest>",
+// e.g. "model.layers.3.mlp.up_proj.weight" or "blk.3.ffn_up.weight") must be
+// exactly 0 .. n_layers - 1: InvalidInput naming `where` and `key` (the layer
+// count's key) when a layer below n_layers has no tensor, or a tensor belongs
+// to a layer beyond it.
+void check_layer_tensors(const std::vector<std::string>& names, const std::string& prefix, int64_t n_layers,
+                         const std::string& where, const std::string& key);
 
 // Parses the object; `where` names the source in error messages.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where);

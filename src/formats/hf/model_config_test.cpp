@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "test_util.h"
 
 namespace qf {
@@ -109,9 +111,25 @@ TEST(ModelConfig, MalformedCorpus) {
       {"string hidden_size", [](json& j) { j["hidden_size"] = "4096"; }, ErrorKind::InvalidInput, "'hidden_size' must be a positive integer, got \"4096\""},
       {"zero layers", [](json& j) { j["num_hidden_layers"] = 0; }, ErrorKind::InvalidInput, "'num_hidden_layers' must be a positive integer"},
       {"float heads", [](json& j) { j["num_attention_heads"] = 32.5; }, ErrorKind::InvalidInput, "'num_attention_heads'"},
-      {"kv heads do not divide", [](json& j) { j["num_key_value_heads"] = 5; }, ErrorKind::InvalidInput, "not a multiple of num_key_value_heads 5"},
+      {"kv heads do not divide", [](json& j) { j["num_key_value_heads"] = 5; }, ErrorKind::InvalidInput,
+       "'num_attention_heads' 32 is not a multiple of 'num_key_value_heads' 5"},
       {"hidden not divisible", [](json& j) { j["hidden_size"] = 4000; j["num_attention_heads"] = 48; j["num_key_value_heads"] = 8; },
-       ErrorKind::InvalidInput, "not divisible by num_attention_heads"},
+       ErrorKind::InvalidInput, "'hidden_size' 4000 is not divisible by 'num_attention_heads' 48, and no 'head_dim' is given"},
+      {"zero eps", [](json& j) { j["rms_norm_eps"] = 0; }, ErrorKind::InvalidInput, "'rms_norm_eps' is 0, must be a positive finite number"},
+      {"negative eps", [](json& j) { j["rms_norm_eps"] = -1e-5; }, ErrorKind::InvalidInput, "'rms_norm_eps' is -1e-05"},
+      {"zero theta", [](json& j) { j["rope_theta"] = 0.0; }, ErrorKind::InvalidInput, "'rope_theta' is 0, must be a positive finite number"},
+      {"odd head_dim", [](json& j) { j["head_dim"] = 127; }, ErrorKind::InvalidInput, "'head_dim' is 127, must be even"},
+      {"huge hidden", [](json& j) { j["hidden_size"] = int64_t{1} << 40; }, ErrorKind::InvalidInput,
+       "'hidden_size' is 1099511627776, above the limit of 1048576"},
+      {"huge vocabulary", [](json& j) { j["vocab_size"] = int64_t{1} << 30; }, ErrorKind::InvalidInput, "'vocab_size' is 1073741824, above the limit"},
+      {"huge context", [](json& j) { j["max_position_embeddings"] = int64_t{1} << 33; }, ErrorKind::InvalidInput,
+       "'max_position_embeddings' is 8589934592, must be between 0 and 2^32 - 1"},
+      {"llama3 factors equal", [](json& j) { j["rope_scaling"]["high_freq_factor"] = 1.0; }, ErrorKind::InvalidInput,
+       "'rope_scaling.high_freq_factor' must be greater than 'rope_scaling.low_freq_factor'"},
+      {"llama3 zero original context", [](json& j) { j["rope_scaling"]["original_max_position_embeddings"] = 0; },
+       ErrorKind::InvalidInput, "'rope_scaling.original_max_position_embeddings' must be a positive integer"},
+      {"too many experts per token", [](json& j) { j["model_type"] = "mixtral"; j["num_local_experts"] = 2; j["num_experts_per_tok"] = 4; },
+       ErrorKind::InvalidInput, "num_experts_per_tok exceeds the number of experts"},
       {"rope_scaling not object", [](json& j) { j["rope_scaling"] = 8; }, ErrorKind::InvalidInput, "'rope_scaling' must be an object"},
       {"llama3 scaling incomplete", [](json& j) { j["rope_scaling"].erase("low_freq_factor"); }, ErrorKind::InvalidInput, "llama3 scaling needs"},
       {"tie as string", [](json& j) { j["tie_word_embeddings"] = "false"; }, ErrorKind::InvalidInput, "'tie_word_embeddings' must be true or false"},
@@ -134,6 +152,47 @@ TEST(ModelConfig, FileErrors) {
   EXPECT_QF_ERROR(load_model_config(dir.path()), ErrorKind::InvalidInput, "config.json: not valid JSON");
   test::write_file(dir / "config.json", "[1, 2]");
   EXPECT_QF_ERROR(load_model_config(dir.path()), ErrorKind::InvalidInput, "must be a JSON object");
+  // nlohmann reports a number out of double range as out_of_range, not parse_error.
+  test::write_file(dir / "config.json", "{\"model_type\": \"llama\", \"rms_norm_eps\": 1e999}");
+  EXPECT_QF_ERROR(load_model_config(dir.path()), ErrorKind::InvalidInput, "config.json: not valid JSON");
+}
+
+TEST(ModelConfig, CheckNamesTheSourcesKeys) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.hidden_size = 32, c.num_hidden_layers = 1, c.num_attention_heads = 4, c.num_key_value_heads = 2;
+  c.intermediate_size = 64, c.vocab_size = 16;
+  auto gguf_key = [](const std::string& k) { return k == "rms_norm_eps" ? std::string("llama.attention.layer_norm_rms_epsilon") : "llama." + k; };
+  ModelConfig ok = c;
+  check_model_config(ok, "m.gguf", gguf_key);
+  EXPECT_EQ(ok.head_dim, 8);  // derived: hidden_size / heads
+  ModelConfig nan = c;
+  nan.rms_norm_eps = std::nan("");
+  EXPECT_QF_ERROR(check_model_config(nan, "m.gguf", gguf_key), ErrorKind::InvalidInput,
+                  "m.gguf: 'llama.attention.layer_norm_rms_epsilon' is nan, must be a positive finite number");
+  ModelConfig inf = c;
+  inf.rope_theta = INFINITY;
+  EXPECT_QF_ERROR(check_model_config(inf, "m.gguf"), ErrorKind::InvalidInput, "'rope_theta' is inf");
+  ModelConfig zero_heads = c;
+  zero_heads.num_attention_heads = 0;  // checked before hidden_size / heads is formed
+  EXPECT_QF_ERROR(check_model_config(zero_heads, "m.gguf", gguf_key), ErrorKind::InvalidInput,
+                  "'llama.num_attention_heads' is 0, must be a positive integer");
+  ModelConfig zero_kv = c;
+  zero_kv.num_key_value_heads = 0;
+  EXPECT_QF_ERROR(check_model_config(zero_kv, "m.gguf"), ErrorKind::InvalidInput, "'num_key_value_heads' is 0");
+}
+
+TEST(ModelConfig, LayerTensorsMatchTheLayerCount) {
+  const std::vector<std::string> names = {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight",
+                                          "model.layers.1.self_attn.q_proj.weight", "model.layers.10x.junk", "model.norm.weight"};
+  check_layer_tensors(names, "model.layers.", 2, "c.json", "num_hidden_layers");
+  EXPECT_QF_ERROR(check_layer_tensors(names, "model.layers.", 3, "c.json", "num_hidden_layers"), ErrorKind::InvalidInput,
+                  "c.json: 'num_hidden_layers' is 3, but there is no tensor for layer 2 ('model.layers.2.*')");
+  EXPECT_QF_ERROR(check_layer_tensors(names, "model.layers.", 1, "c.json", "num_hidden_layers"), ErrorKind::InvalidInput,
+                  "c.json: tensor 'model.layers.1.self_attn.q_proj.weight' belongs to layer 1, but 'num_hidden_layers' is 1");
+  // A layer index too large for any integer type is still "beyond the count", not an overflow.
+  EXPECT_QF_ERROR(check_layer_tensors({"blk.0.a", "blk.99999999999999999999999.a"}, "blk.", 1, "m.gguf", "llama.block_count"),
+                  ErrorKind::InvalidInput, "belongs to layer");
 }
 
 }  // namespace

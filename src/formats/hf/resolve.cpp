@@ -21,7 +21,7 @@ fs::path hf_hub_cache_dir() {
 namespace {
 
 bool is_cache_repo(const fs::path& p) {
-  return fs::is_directory(p / "snapshots") && p.filename().string().rfind("models--", 0) == 0;
+  return is_folder(p / "snapshots") && p.filename().string().rfind("models--", 0) == 0;
 }
 
 std::string repo_id_of(const fs::path& repo) {
@@ -43,11 +43,11 @@ ResolvedModel from_cache_repo(const fs::path& repo, const std::string& revision)
   m.revision = revision;
   fs::path snaps = repo / "snapshots";
   fs::path ref = repo / "refs" / revision;
-  if (fs::is_regular_file(ref)) {
+  if (is_file(ref)) {
     m.commit = trim(read_text_file(ref));
     if (m.commit.empty() || m.commit.find('/') != std::string::npos)
       throw invalid_input(ref.string(), "ref file does not hold a commit hash");
-  } else if (fs::is_directory(snaps / revision)) {
+  } else if (is_folder(snaps / revision)) {
     m.commit = revision;  // a commit hash given directly
   } else {
     std::vector<std::string> all;
@@ -64,7 +64,7 @@ ResolvedModel from_cache_repo(const fs::path& repo, const std::string& revision)
     m.commit = all[0];
   }
   m.dir = snaps / m.commit;
-  if (!fs::is_directory(m.dir))
+  if (!is_folder(m.dir))
     throw not_found(m.dir.string(), "ref '" + revision + "' points at commit " + m.commit + " but that snapshot is absent");
   return m;
 }
@@ -73,8 +73,8 @@ ResolvedModel from_cache_repo(const fs::path& repo, const std::string& revision)
 
 ResolvedModel resolve_model(const std::string& arg, const std::string& revision) {
   fs::path p(arg);
-  if (fs::exists(p)) {
-    if (!fs::is_directory(p)) throw invalid_input(arg, "expected a model folder");
+  if (path_exists(p)) {
+    if (!is_folder(p)) throw invalid_input(arg, "expected a model folder");
     if (is_cache_repo(p)) return from_cache_repo(p, revision);
     ResolvedModel m;
     m.dir = p;

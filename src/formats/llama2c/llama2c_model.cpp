@@ -35,24 +35,27 @@ Llama2cHeader read_llama2c_header(const std::filesystem::path& bin) {
   if (file->size() < 28) throw invalid_input(where, "too short for a llama2.c checkpoint header (28 bytes)");
   int32_t v[7];
   std::memcpy(v, file->data(), sizeof v);
-  Llama2cHeader h{v[0], v[1], v[2], v[3], v[4], v[5] < 0 ? -v[5] : v[5], v[6], v[5] > 0};
   auto bad = [&](const std::string& what) {
-    return invalid_input(where, what + " (header: dim " + std::to_string(h.dim) + ", hidden_dim " +
-                                    std::to_string(h.hidden_dim) + ", n_layers " + std::to_string(h.n_layers) +
-                                    ", n_heads " + std::to_string(h.n_heads) + ", n_kv_heads " +
-                                    std::to_string(h.n_kv_heads) + ", vocab " + std::to_string(h.vocab_size) +
-                                    ", seq_len " + std::to_string(h.seq_len) + "); not a llama2.c checkpoint?");
+    return invalid_input(where, what + " (header: dim " + std::to_string(v[0]) + ", hidden_dim " + std::to_string(v[1]) +
+                                    ", n_layers " + std::to_string(v[2]) + ", n_heads " + std::to_string(v[3]) +
+                                    ", n_kv_heads " + std::to_string(v[4]) + ", vocab " + std::to_string(v[5]) +
+                                    ", seq_len " + std::to_string(v[6]) + "); not a llama2.c checkpoint?");
   };
+  // Checked before the vocabulary's sign is taken off: -INT32_MIN does not exist.
   const int32_t lim = 1 << 20;
   for (int32_t x : v)
     if (x == 0 || x > lim || x < -lim) throw bad("header values must be non-zero and below 2^20");
+  const Llama2cHeader h{v[0], v[1], v[2], v[3], v[4], v[5] < 0 ? -v[5] : v[5], v[6], v[5] > 0};
   if (h.dim < 0 || h.hidden_dim < 0 || h.n_layers < 0 || h.n_heads < 0 || h.n_kv_heads < 0 || h.seq_len < 0)
     throw bad("negative dimension");
   if (h.dim % h.n_heads != 0 || (h.dim / h.n_heads) % 2 != 0) throw bad("dim must be n_heads x an even head size");
   if (h.n_heads % h.n_kv_heads != 0) throw bad("n_heads must be a multiple of n_kv_heads");
-  const uint64_t want = 28 + 4 * expected_floats(h);
-  if (file->size() != want)
-    throw bad("file has " + std::to_string(file->size()) + " bytes but the header implies " + std::to_string(want));
+  // With every value below 2^20 the float count stays below 2^63, but four
+  // bytes each can wrap 64 bits: compare counts, not byte sizes.
+  const uint64_t floats = expected_floats(h);
+  if (floats != (file->size() - 28) / 4 || (file->size() - 28) % 4 != 0)
+    throw bad("file has " + std::to_string(file->size()) + " bytes but the header implies 28 + 4 x " +
+              std::to_string(floats));
   return h;
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -45,6 +46,14 @@ TEST(Llama2c, HeaderIsValidatedAgainstTheFileSize) {
   EXPECT_QF_ERROR(read_llama2c_header(t.path() / "heads.bin"), ErrorKind::InvalidInput, "n_heads x an even head size");
   write_file(t.path() / "tiny.bin", "abc");
   EXPECT_QF_ERROR(read_llama2c_header(t.path() / "tiny.bin"), ErrorKind::InvalidInput, "too short");
+  // Found by fuzz_llama2c: a vocabulary of INT32_MIN was negated (undefined behaviour) before the range check.
+  std::string min_vocab = tiny_checkpoint();
+  const int32_t vmin = INT32_MIN;
+  std::memcpy(&min_vocab[20], &vmin, 4);
+  write_file(t.path() / "vmin.bin", min_vocab);
+  EXPECT_QF_ERROR(read_llama2c_header(t.path() / "vmin.bin"), ErrorKind::InvalidInput,
+                  "header values must be non-zero and below 2^20 (header: dim 8, hidden_dim 12, n_layers 1, n_heads 2, "
+                  "n_kv_heads 1, vocab -2147483648");
 }
 
 TEST(Llama2c, QueryAndKeyRowsArePermutedToRotateHalf) {

@@ -136,7 +136,8 @@ class Regex {
       if (rc < 0) break;  // no match (or invalid UTF-8: the rest stays one piece)
       PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       size_t b = ov[0], e = ov[1];
-      if (e == b) {  // an empty match: step over one character
+      if (e == b) {  // an empty match: step over one character (none left at the end)
+        if (b >= s.size()) break;
         pos = b + utf8_len(static_cast<unsigned char>(s[b]));
         continue;
       }

@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/tokenizer/tokenizer_impl.h"
 
 namespace qf {
@@ -101,8 +102,16 @@ ProtoFacts read_proto(std::string_view proto) {
 }
 
 void load(sentencepiece::SentencePieceProcessor& sp, const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw not_found(path.string(), "no such file");
-  auto status = sp.Load(path.string());
+  if (!path_exists(path)) throw not_found(path.string(), "no such file");
+  if (is_folder(path)) throw invalid_input(path.string(), "is a folder, not a regular file");
+  sentencepiece::util::Status status;
+  try {
+    status = sp.Load(path.string());
+  } catch (const std::exception& e) {
+    // libsentencepiece reports some malformed models by exception rather than
+    // status (its trie builder throws on a piece that starts with a NUL byte).
+    throw invalid_input(path.string(), std::string("not a valid SentencePiece model: ") + e.what());
+  }
   if (!status.ok()) throw invalid_input(path.string(), "not a SentencePiece model: " + status.ToString());
 }
 
@@ -140,7 +149,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
     std::vector<int> ids;
-    auto status = sp_.Encode(text, &ids);
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.Encode(text, &ids);
+    } catch (const std::exception& e) {
+      throw invalid_input("sentencepiece", std::string("cannot encode text: ") + e.what());
+    }
     if (!status.ok()) throw invalid_input("sentencepiece", "cannot encode text: " + status.ToString());
     std::vector<int32_t> out;
     if (add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
@@ -150,7 +164,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override {
     for (int32_t id : ids) piece(id);  // range check: libsentencepiece would fail less clearly
     std::string text;
-    auto status = sp_.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+    } catch (const std::exception& e) {
+      throw invalid_input("sentencepiece", std::string("cannot decode ids: ") + e.what());
+    }
     if (!status.ok()) throw invalid_input("sentencepiece", "cannot decode ids: " + status.ToString());
     return text;
   }

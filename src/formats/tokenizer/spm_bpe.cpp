@@ -160,7 +160,7 @@ class SpmTokenizer final : public TokenizerBase {
   void encode_text(std::string_view text, std::vector<int32_t>& out) const {
     std::vector<Symbol> sym;
     for (size_t i = 0; i < text.size();) {
-      size_t n = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+      size_t n = utf8_char_len(text, i);
       int idx = static_cast<int>(sym.size());
       sym.push_back({i, n, idx - 1, -1});
       if (idx > 0) sym[idx - 1].next = idx;

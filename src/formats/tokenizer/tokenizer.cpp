@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "formats/tokenizer/tokenizer_impl.h"
 
 namespace qf {
@@ -17,6 +18,14 @@ size_t utf8_len(unsigned char lead) {
   if ((lead & 0xF0) == 0xE0) return 3;
   if ((lead & 0xF8) == 0xF0) return 4;
   return 1;
+}
+
+size_t utf8_char_len(std::string_view s, size_t i) {
+  const size_t n = utf8_len(static_cast<unsigned char>(s[i]));
+  if (n > s.size() - i) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  return n;
 }
 
 std::string byte_piece(unsigned char b) {
@@ -195,8 +204,8 @@ void validate(const Vocab& v) {
 bool has_ext(const std::filesystem::path& p, const char* ext) { return p.extension() == ext; }
 
 std::unique_ptr<Tokenizer> load_folder(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "tokenizer.json")) return make_tokenizer(vocab_from_tokenizer_json(dir / "tokenizer.json"));
-  if (std::filesystem::exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer(dir / "tokenizer.model");
+  if (path_exists(dir / "tokenizer.json")) return make_tokenizer(vocab_from_tokenizer_json(dir / "tokenizer.json"));
+  if (path_exists(dir / "tokenizer.model")) return make_sentencepiece_tokenizer(dir / "tokenizer.model");
   throw not_found(dir.string(), "no tokenizer.json or tokenizer.model in this folder");
 }
 
@@ -209,8 +218,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(Vocab vocab) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
-  if (!std::filesystem::exists(path)) throw not_found(path.string(), "no such file or folder");
-  if (std::filesystem::is_directory(path)) return load_folder(path);
+  if (!path_exists(path)) throw not_found(path.string(), "no such file or folder");
+  if (is_folder(path)) return load_folder(path);
   // Vocabulary errors from make_tokenizer name no file: add it.
   auto build = [&](Vocab v) {
     try {

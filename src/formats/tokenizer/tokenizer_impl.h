@@ -14,6 +14,10 @@ namespace qf::tok {
 // Length in bytes of the UTF-8 sequence starting with `lead` (1 for a stray
 // continuation or invalid byte, so that malformed text still advances).
 size_t utf8_len(unsigned char lead);
+// Length of the character at s[i]: utf8_len of its lead byte when that many
+// bytes remain and all continuation bytes are 10xxxxxx, else 1 (a byte of
+// invalid UTF-8 is a character of its own, as SentencePiece treats it).
+size_t utf8_char_len(std::string_view s, size_t i);
 
 // "<0xXX>" for a byte, the SentencePiece byte-token spelling.
 std::string byte_piece(unsigned char b);

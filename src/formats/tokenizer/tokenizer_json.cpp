@@ -103,13 +103,22 @@ std::vector<std::pair<std::string, std::string>> read_merges(const json& model, 
   return out;
 }
 
-bool has_type(const json& node, const std::string& type) {
+// Sequences of pre-tokenizers, normalizers and processors nest one or two
+// levels in practice; deeper nesting is refused rather than recursed into.
+constexpr int kMaxNesting = 16;
+
+void check_nesting(int depth, const Ctx& c) {
+  if (depth > kMaxNesting) c.fail("Sequence nodes are nested more than " + std::to_string(kMaxNesting) + " levels deep");
+}
+
+bool has_type(const json& node, const std::string& type, const Ctx& c, int depth = 0) {
   if (!node.is_object()) return false;
+  check_nesting(depth, c);
   if (node.value("type", "") == type) return true;
   for (const char* list : {"pretokenizers", "normalizers", "processors"})
     if (node.contains(list) && node[list].is_array())
       for (const json& child : node[list])
-        if (has_type(child, type)) return true;
+        if (has_type(child, type, c, depth + 1)) return true;
   return false;
 }
 
@@ -123,11 +132,12 @@ std::string regex_quote(const std::string& s) {
 }
 
 // The regexes a byte-level pre_tokenizer applies, in order.
-void collect_regexes(const json& node, const Ctx& c, std::vector<std::string>& out) {
+void collect_regexes(const json& node, const Ctx& c, std::vector<std::string>& out, int depth = 0) {
   if (!node.is_object()) return;
+  check_nesting(depth, c);
   const std::string type = node.value("type", "");
   if (type == "Sequence" && node.contains("pretokenizers")) {
-    for (const json& child : node["pretokenizers"]) collect_regexes(child, c, out);
+    for (const json& child : node["pretokenizers"]) collect_regexes(child, c, out, depth + 1);
   } else if (type == "Split") {
     if (node.value("invert", false)) throw unsupported(c.where, "a Split pre-tokenizer with invert: true is not supported");
     const json& p = node.contains("pattern") ? node["pattern"] : json();
@@ -163,10 +173,11 @@ int32_t id_of(const Vocab& v, const std::string& s) {
 
 // Finds TemplateProcessing (possibly inside a Sequence) and takes its leading
 // special token as BOS.
-void read_template(const json& node, Vocab& v) {
+void read_template(const json& node, Vocab& v, const Ctx& c, int depth = 0) {
   if (!node.is_object()) return;
+  check_nesting(depth, c);
   if (node.value("type", "") == "Sequence" && node.contains("processors")) {
-    for (const json& p : node["processors"]) read_template(p, v);
+    for (const json& p : node["processors"]) read_template(p, v, c, depth + 1);
     return;
   }
   if (node.value("type", "") != "TemplateProcessing" || !node.contains("single") || !node["single"].is_array()) return;
@@ -195,7 +206,7 @@ std::string token_text(const json& j) {
 
 void read_config(const std::filesystem::path& json_path, Vocab& v) {
   const auto cfg_path = json_path.parent_path() / "tokenizer_config.json";
-  if (!std::filesystem::exists(cfg_path)) return;
+  if (!path_exists(cfg_path)) return;
   json cfg = json::parse(read_text_file(cfg_path), nullptr, false);
   if (!cfg.is_object()) throw invalid_input(cfg_path.string(), "not a JSON object");
   auto set_id = [&](const char* key, int32_t& id) {
@@ -212,29 +223,29 @@ void read_config(const std::filesystem::path& json_path, Vocab& v) {
   if (v.bos_id < 0) v.add_bos = false;
 }
 
-bool is_sentencepiece_style(const json& root, const json& model) {
+bool is_sentencepiece_style(const json& root, const json& model, const Ctx& c) {
   if (model.value("byte_fallback", false)) return true;
   const json norm = root.value("normalizer", json());
   const json pre = root.value("pre_tokenizer", json());
-  return has_type(pre, "Metaspace") || has_type(norm, "Prepend") ||
-         (has_type(norm, "Replace") && norm.dump().find(kSpaceMark) != std::string::npos);
+  return has_type(pre, "Metaspace", c) || has_type(norm, "Prepend", c) ||
+         (has_type(norm, "Replace", c) && norm.dump().find(kSpaceMark) != std::string::npos);
 }
 
-bool space_prefix(const json& root) {
+bool space_prefix(const json& root, const Ctx& c) {
   const json norm = root.value("normalizer", json());
-  if (has_type(norm, "Prepend")) return true;
+  if (has_type(norm, "Prepend", c)) return true;
   const json pre = root.value("pre_tokenizer", json());
-  if (!has_type(pre, "Metaspace")) return false;
+  if (!has_type(pre, "Metaspace", c)) return false;
   std::string d = pre.dump();  // prepend_scheme "never" or add_prefix_space false turn it off
   return d.find("\"never\"") == std::string::npos && d.find("\"add_prefix_space\":false") == std::string::npos;
 }
 
 void fill_sentencepiece(const json& root, const json& model, const std::vector<std::pair<std::string, std::string>>& merges,
-                        Vocab& v) {
+                        Vocab& v, const Ctx& c) {
   v.model = "llama";
   v.pre = "default";
   v.byte_fallback = model.value("byte_fallback", false);
-  v.add_space_prefix = space_prefix(root);
+  v.add_space_prefix = space_prefix(root, c);
   std::unordered_map<std::string, int32_t> ids;
   for (size_t i = 0; i < v.tokens.size(); ++i) ids.emplace(v.tokens[i], static_cast<int32_t>(i));
   // Tokens no merge produces (single characters, specials) rank below all merges.
@@ -252,9 +263,11 @@ void fill_sentencepiece(const json& root, const json& model, const std::vector<s
 
 }  // namespace
 
-Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
+namespace {
+
+Vocab read_tokenizer_json(const std::filesystem::path& path) {
   Ctx c{path.string()};
-  if (!std::filesystem::exists(path)) throw not_found(c.where, "no such file");
+  if (!path_exists(path)) throw not_found(c.where, "no such file");
   json root = json::parse(read_text_file(path), nullptr, false);
   if (root.is_discarded()) c.fail("not valid JSON");
   if (!root.is_object()) c.fail("the top level is not a JSON object");
@@ -281,9 +294,9 @@ Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
     if (v.unk_id >= 0) v.types[static_cast<size_t>(v.unk_id)] = TokenType::Unknown;
   }
 
-  if (is_sentencepiece_style(root, model)) {
-    fill_sentencepiece(root, model, merges, v);
-  } else if (has_type(root.value("pre_tokenizer", json()), "ByteLevel")) {
+  if (is_sentencepiece_style(root, model, c)) {
+    fill_sentencepiece(root, model, merges, v, c);
+  } else if (has_type(root.value("pre_tokenizer", json()), "ByteLevel", c)) {
     v.model = "gpt2";
     v.pre = pre_name(root, c);
     v.add_space_prefix = false;
@@ -293,9 +306,21 @@ Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
     throw unsupported(c.where, "a BPE tokenizer that is neither byte-level (ByteLevel pre-tokenizer) nor SentencePiece-style "
                                "(byte_fallback, Metaspace or a U+2581 normalizer) is not supported");
   }
-  read_template(root.value("post_processor", json()), v);
+  read_template(root.value("post_processor", json()), v, c);
   read_config(path, v);
   return v;
+}
+
+}  // namespace
+
+Vocab vocab_from_tokenizer_json(const std::filesystem::path& path) {
+  try {
+    return read_tokenizer_json(path);
+  } catch (const nlohmann::json::exception& e) {
+    // A value of the wrong JSON type where a string, bool or object is read
+    // (e.g. "special": 1, a SpecialToken that is not an object).
+    throw invalid_input(path.string(), std::string("unexpected JSON value: ") + e.what());
+  }
 }
 
 }  // namespace qf

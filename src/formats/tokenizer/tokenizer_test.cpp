@@ -233,6 +233,13 @@ struct BadJson {
   const char* fragment;
 };
 
+// A ByteLevel pre-tokenizer inside `depth` Sequence nodes.
+std::string nested_sequence(int depth) {
+  std::string s = R"({"type": "ByteLevel"})";
+  for (int i = 0; i < depth; ++i) s = R"({"type": "Sequence", "pretokenizers": [)" + s + "]}";
+  return s;
+}
+
 TEST(TokJson, MalformedFilesGiveOneClearError) {
   const std::string merges_ok = R"("merges": ["a b"])";
   const std::string vocab_ok = R"("vocab": {"a": 0, "b": 1, "ab": 2})";
@@ -263,6 +270,17 @@ TEST(TokJson, MalformedFilesGiveOneClearError) {
        ErrorKind::InvalidInput, "already used by 'b'"},
       {"no pre-tokenizer", R"({"model": {"type": "BPE", )" + vocab_ok + "," + merges_ok + "}}", ErrorKind::Unsupported,
        "neither byte-level"},
+      // Values of the wrong JSON type once escaped as nlohmann's type_error (an internal error).
+      {"special not bool", "{" + byte_level + R"("added_tokens": [{"id": 3, "content": "<s>", "special": "yes"}], "model": {"type": "BPE", )" +
+                               vocab_ok + "," + merges_ok + "}}",
+       ErrorKind::InvalidInput, "unexpected JSON value"},
+      {"SpecialToken not object", "{" + byte_level + R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": 5}]}, "model": {"type": "BPE", )" +
+                                      vocab_ok + "," + merges_ok + "}}",
+       ErrorKind::InvalidInput, "unexpected JSON value"},
+      {"type not string", R"({"model": {"type": 7, )" + vocab_ok + "," + merges_ok + "}}", ErrorKind::InvalidInput,
+       "unexpected JSON value"},
+      {"deep Sequence", "{\"pre_tokenizer\": " + nested_sequence(20) + R"(, "model": {"type": "BPE", )" + vocab_ok + "," + merges_ok + "}}",
+       ErrorKind::InvalidInput, "Sequence nodes are nested more than 16 levels deep"},
   };
   test::TempDir dir;
   for (const BadJson& c : cases) {
@@ -304,6 +322,13 @@ TEST(TokJson, ByteLevelPreTokenizersAreNamedOrKeptAsRegex) {
   Vocab c = vocab_from_tokenizer_json(dir / "custom.json");
   EXPECT_EQ(c.pre, R"(regex:["[a-c]"])");
   EXPECT_EQ(make_tokenizer(c)->encode("abc", false), (std::vector<int32_t>{0, 1, 5}));  // the regex isolates every letter
+
+  // A regex that matches empty at the end of a piece ("$") stops there
+  // (it stepped one character past the end before).
+  const std::string at_end =
+      R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "$|b"}, "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]})";
+  test::write_file(dir / "end.json", mini_byte_level(at_end, R"(["a b"])"));
+  EXPECT_EQ(make_tokenizer(vocab_from_tokenizer_json(dir / "end.json"))->encode("abab", false), (std::vector<int32_t>{0, 1, 0, 1}));
 }
 
 // ---- vocabulary validation and synthetic vocabularies ------------------------------
@@ -333,6 +358,23 @@ TEST(TokVocab, SpmMergesLeftmostOnTiesAndSplitsSpecialTokens) {
   EXPECT_EQ(tok->encode("c", false), (std::vector<int32_t>{3, 0}));
   EXPECT_EQ(tok->decode({1, 8, 9, 3, 5}), "a<|x|> b");
   EXPECT_EQ(tok->encode("", true), (std::vector<int32_t>{1}));
+}
+
+TEST(TokVocab, InvalidUtf8BytesAreCharactersOfTheirOwn) {
+  Vocab v = tiny_spm();
+  v.byte_fallback = true;
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    v.tokens.push_back(buf);
+    v.scores.push_back(0);
+    v.types.push_back(TokenType::Byte);
+  }
+  auto tok = make_tokenizer(v);
+  const int32_t byte0 = 10;  // <0x00>
+  // 0xE9 announces a 3-byte character but "ab" follows: it is one byte on its
+  // own, and "ab" still merges (it was swallowed into one 3-byte symbol before).
+  EXPECT_EQ(tok->encode("\xE9" "ab", false), (std::vector<int32_t>{3, byte0 + 0xE9, 6}));
 }
 
 TEST(TokVocab, ValidationRejectsInconsistentVocabularies) {
@@ -367,6 +409,12 @@ TEST(TokLoad, MissingPathsAreNotFound) {
   EXPECT_QF_ERROR(load_tokenizer(dir.path()), ErrorKind::NotFound, "no tokenizer.json or tokenizer.model");
   test::write_file(dir / "broken.model", "not a protobuf");
   EXPECT_QF_ERROR(load_tokenizer(dir / "broken.model"), ErrorKind::InvalidInput, "broken.model");
+  // Found by fuzz_sentencepiece (tests/fuzz/corpus/sentencepiece/crash-nul-piece.model): a
+  // piece starting with a NUL byte makes libsentencepiece's trie builder throw
+  // its own exception, which escaped as an internal error.
+  test::write_file(dir / "nul.model", std::string("\x0a\x0e\x15\x00\x00\x00\x00\x18\x02\x0a\x05\x0a\x03\xc8\x18\x01"
+                                                  "\x0a\x0b\x0a\x02\x00\x01\x98\x18\x01\x20\x00\x28\x01", 29));
+  EXPECT_QF_ERROR(load_tokenizer(dir / "nul.model"), ErrorKind::InvalidInput, "nul.model: not a valid SentencePiece model");
 }
 
 // ---- round trips over every real vocabulary available ------------------------------
