@@ -26,6 +26,7 @@
 #include "formats/tokenizer/tokenizer.h"
 #include "quantizers/float_quant.h"
 #include "runtime/model.h"
+#include "quantized_fixture.h"
 #include "test_util.h"
 
 namespace qf {
@@ -38,26 +39,13 @@ const std::vector<std::vector<std::string>> kSets = {{"self_attn.q_proj", "self_
                                                      {"mlp.gate_proj", "mlp.up_proj"}};
 constexpr int64_t kLayers = 4;
 
-std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
-
 class FusedScales : public ::testing::Test {
  protected:
-  static TempDir& dir() {
-    static TempDir d;
-    return d;
-  }
-  static std::filesystem::path run(const std::string& name) {
-    const auto out = dir().path() / name;
-    if (!std::filesystem::exists(out))
-      quantize_model({fixture().string(), source_dir() / "tests/data/recipes" / (name + ".yaml"), out,
-                      source_dir() / "tests/data/text/calibration.txt"},
-                     ThreadPool::global(), [](const std::string&) {});
-    return out;
-  }
+  static std::filesystem::path run(const std::string& name) { return quantized_fixture(name); }
   // A few hundred tokens of held-out text: 2 chunks of 512, 512 tokens scored.
   static const std::vector<eval::Span>& spans() {
     static const std::vector<eval::Span> s = [] {
-      auto tok = load_tokenizer(fixture());
+      auto tok = load_tokenizer(fixture_model());
       eval::PplOptions o;
       o.max_spans = 2;
       return eval::make_spans(*tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
@@ -171,7 +159,7 @@ TEST_F(FusedScales, ExportsShareOneGlobalScalePerFusedSet) {
 // logit, while per-part global scales (each Linear quantized against its own
 // amax, what this pipeline wrote before) change the model measurably.
 TEST_F(FusedScales, VllmFusedLoadChangesNothingInOurExportsAndBreaksPerPartScales) {
-  static auto base = rt::load_model(fixture().string());
+  static auto base = rt::load_model(fixture_model().string());
   for (const std::string name : {"nvfp4", "nvfp4a16", "nvfp4-modelopt"}) {
     SCOPED_TRACE(name);
     auto ours = rt::load_model(run(name).string());
@@ -187,8 +175,8 @@ TEST_F(FusedScales, VllmFusedLoadChangesNothingInOurExportsAndBreaksPerPartScale
 
   // Per-part NVFP4 weights of the fixture (each Linear against its own amax)
   // and the same with vLLM's kept global scale (the max multiplier).
-  auto per_part = rt::load_model(fixture().string());
-  auto per_part_fused = rt::load_model(fixture().string());
+  auto per_part = rt::load_model(fixture_model().string());
+  auto per_part_fused = rt::load_model(fixture_model().string());
   double smallest_ratio = 1;
   for (int64_t li = 0; li < kLayers; ++li) {
     for (const auto& set : kSets) {
@@ -233,7 +221,7 @@ TEST_F(FusedScales, VllmFusedLoadChangesNothingInOurExportsAndBreaksPerPartScale
 // The shared amax is taken from the weights as the layer's transforms leave
 // them, right before the first Linear of the set is quantized.
 TEST(FusedAmax, TakenAfterTheTransforms) {
-  auto model = rt::load_model(fixture().string());
+  auto model = rt::load_model(fixture_model().string());
   std::vector<std::vector<int32_t>> samples = {{1, 5, 9, 200, 31}};
   SequentialOptions so;
   so.hessian_weighted_error = false;

@@ -15,6 +15,7 @@
 #include "eval/perplexity.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
+#include "quantized_fixture.h"
 #include "test_util.h"
 
 namespace qf {
@@ -22,29 +23,16 @@ namespace {
 
 using namespace qf::test;
 
-std::filesystem::path fixture() { return source_dir() / "tests" / "data" / "fixture-llama"; }
-
 class Schemes : public ::testing::Test {
  protected:
-  static TempDir& dir() {
-    static TempDir d;
-    return d;
-  }
-  static std::filesystem::path run(const std::string& name) {
-    const auto out = dir().path() / name;
-    if (!std::filesystem::exists(out))
-      quantize_model({fixture().string(), source_dir() / "tests/data/recipes" / (name + ".yaml"), out,
-                      source_dir() / "tests/data/text/calibration.txt"},
-                     ThreadPool::global(), [](const std::string&) {});
-    return out;
-  }
+  static std::filesystem::path run(const std::string& name) { return quantized_fixture(name); }
   // Cached per recipe: KL / perplexity against the f16 model on 10 chunks.
   static const eval::EvalResult& eval(const std::string& name) {
     static std::map<std::string, eval::EvalResult> cache;
     auto it = cache.find(name);
     if (it != cache.end()) return it->second;
-    static auto base = rt::load_model(fixture().string());
-    static auto tok = load_tokenizer(fixture());
+    static auto base = rt::load_model(fixture_model().string());
+    static auto tok = load_tokenizer(fixture_model());
     auto m = rt::load_model(run(name).string());
     eval::PplOptions o;
     o.max_spans = 10;
