@@ -7,7 +7,7 @@
 #include "core/io.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "formats/gguf/hf_to_gguf.h"
+#include "convert/hf_to_gguf.h"
 #include "formats/hf/resolve.h"
 #include "formats/llama2c/llama2c_model.h"
 

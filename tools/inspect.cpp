@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "formats/gguf/gguf_inspect.h"
-#include "formats/hf/inspect.h"
+#include "inspect/gguf_inspect.h"
+#include "inspect/hf_inspect.h"
 
 namespace qf::cli {
 

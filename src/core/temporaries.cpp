@@ -72,7 +72,9 @@ std::vector<fs::path> remove_stale_temporaries(const fs::path& final_path) {
   if (target.filename().empty()) target = target.parent_path();
   fs::path dir = target.parent_path();
   if (dir.empty()) dir = ".";
-  const std::string base = "." + target.filename().string() + ".";
+  std::string base = ".";  // built in steps: "." + string&& trips a false -Wrestrict in GCC 12
+  base += target.filename().string();
+  base += '.';
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) return removed;

@@ -3,7 +3,7 @@
 // report), the metadata -> model config validation and, when that passes,
 // the runtime's loader; the GGUF tokenizer metadata -> Vocab -> tokenizer.
 #include "formats/gguf/gguf.h"
-#include "formats/gguf/gguf_inspect.h"
+#include "inspect/gguf_inspect.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 #include "runtime/model.h"

@@ -4,7 +4,7 @@
 // then parsed and validated (ModelConfig), inspected, and loaded by the
 // runtime, which checks the config (layer count included) against the
 // tensors and reads quantization_config.
-#include "formats/hf/inspect.h"
+#include "inspect/hf_inspect.h"
 #include "formats/hf/model_config.h"
 #include "formats/safetensors.h"
 #include "fuzz_util.h"

@@ -4,7 +4,7 @@
 
 #include "formats/gguf/gguf.h"
 #include "core/io.h"
-#include "formats/gguf/gguf_inspect.h"
+#include "inspect/gguf_inspect.h"
 #include "formats/gguf/gguf_writer.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/io.h"
-#include "formats/hf/inspect.h"
+#include "inspect/hf_inspect.h"
 #include "formats/hf/model_config.h"
 #include "formats/safetensors.h"
 #include "test_util.h"

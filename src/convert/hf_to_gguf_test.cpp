@@ -1,5 +1,5 @@
 // HF -> GGUF on the bundled fixture, checked through our runtime and reader.
-#include "formats/gguf/hf_to_gguf.h"
+#include "convert/hf_to_gguf.h"
 
 #include <gtest/gtest.h>
 

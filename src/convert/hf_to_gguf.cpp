@@ -1,4 +1,4 @@
-#include "formats/gguf/hf_to_gguf.h"
+#include "convert/hf_to_gguf.h"
 
 #include <chrono>
 #include <cmath>

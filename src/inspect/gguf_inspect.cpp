@@ -1,4 +1,4 @@
-#include "formats/gguf/gguf_inspect.h"
+#include "inspect/gguf_inspect.h"
 
 #include <cstdio>
 #include <map>

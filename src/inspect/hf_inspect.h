@@ -8,7 +8,7 @@
 
 namespace qf {
 
-// Resolves `model` (see resolve.h), parses config.json, opens and validates
+// Resolves `model` (see formats/hf/resolve.h), parses config.json, opens and validates
 // every safetensors file, and returns the summary as JSON:
 //   path, source{kind, repo_id, commit}, architecture, architectures,
 //   config{...key dimensions...}, parameters, total_bytes, dtypes{dtype: params},

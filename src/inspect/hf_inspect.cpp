@@ -1,4 +1,4 @@
-#include "formats/hf/inspect.h"
+#include "inspect/hf_inspect.h"
 
 #include <charconv>
 #include <cstdio>
