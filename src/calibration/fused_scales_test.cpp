@@ -246,7 +246,7 @@ TEST(FusedAmax, TakenAfterTheTransforms) {
     expected[li] = e;
   };
   int seen = 0;
-  run_sequential(*model, samples, [&](const LinearToQuantize& in) -> std::optional<QuantizedLinear> {
+  run_sequential(*model, samples, [&](const LinearToQuantize& in) -> std::optional<QuantizedLinearResult> {
     const int set = fused_set_of(rt::kLayerLinears[seen % 7].slot);
     ++seen;
     if (set < 0) {

@@ -127,12 +127,12 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   Checkpoint ck = Checkpoint::open(rm.dir);
   std::set<std::string> written;
 
-  const QuantizeFn quantize = [&](const LinearToQuantize& in) -> std::optional<QuantizedLinear> {
+  const QuantizeFn quantize = [&](const LinearToQuantize& in) -> std::optional<QuantizedLinearResult> {
     auto it = plan.linears.find(in.name);
     if (it == plan.linears.end()) return std::nullopt;
     const ModifierSpec::Group& g = it->second.group;
     if (!job.allow_nonfinite) check_finite_statistics(in);
-    QuantizedLinear out;
+    QuantizedLinearResult out;
     out.name = in.name;
     if (gptq) {
       GptqOptions o;
@@ -201,7 +201,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   double err_sum = 0;
-  run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinear>& done, double secs) {
+  run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
     double worst = 0;
     for (auto& d : done) {
       const ActQuantParams* act = d.act ? &*d.act : nullptr;

@@ -39,7 +39,13 @@ class CaptureObserver final : public rt::LinearObserver {
   }
   // The input range of a Linear's slot (0, 0 when ranges are not observed).
   std::pair<float, float> range(Slot s) const { return range_[s == K || s == V ? Q : s == Up ? Gate : s]; }
-  // The Hessian of a Linear's input, or nullptr without Hessians.
+  // Once the layer's calibration pass is over: applies every Hessian's last
+  // rows, so that the q/k/v (or gate/up) solves may read one at once.
+  void finish() {
+    for (std::optional<HessianAccumulator>* h : {&attn, &o, &mlp, &down})
+      if (*h) (*h)->finish(&pool_);
+  }
+  // The Hessian of a Linear's input, or nullptr without Hessians (finished).
   const HessianAccumulator* hessian(Slot s) const {
     const std::optional<HessianAccumulator>& h = s == O ? o : s == Gate || s == Up ? mlp : s == Down ? down : attn;
     return h ? &*h : nullptr;
@@ -142,12 +148,13 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
                                               opts.hessian_weighted_error, opts.observe_ranges);
       run_layer(model, li, samples, hidden, pool, obs.get(), false);
+      obs->finish();
     }
     rt::LayerWeights& L = model.mutable_layer(li);
     // Before any of the layer's Linears is replaced by its quantized form.
     const std::array<float, 2> set_amax =
         opts.fused_weight_amax ? fused_set_amax(L) : std::array<float, 2>{-1.0f, -1.0f};
-    std::vector<QuantizedLinear> done;
+    std::vector<QuantizedLinearResult> done;
     for (const rt::LayerLinear& sl : rt::kLayerLinears) {
       std::shared_ptr<rt::Linear>& slot = L.*sl.member;
       const rt::Linear& lin = *slot;
@@ -158,7 +165,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       if (obs) std::tie(in.act_min, in.act_max) = obs->range(sl.slot);
       if (const int set = fused_set_of(sl.slot); set >= 0) in.fused_weight_amax = set_amax[static_cast<size_t>(set)];
       const auto tq = std::chrono::steady_clock::now();
-      std::optional<QuantizedLinear> q = quantize(in);
+      std::optional<QuantizedLinearResult> q = quantize(in);
       if (!q) continue;
       q->seconds = seconds_since(tq);
       // Output-error estimate weighted by the input energy of each column.

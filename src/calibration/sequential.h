@@ -43,7 +43,7 @@ struct LinearToQuantize {
   float fused_weight_amax = -1;
 };
 
-struct QuantizedLinear {
+struct QuantizedLinearResult {
   std::string name;
   QuantizedTensor q;
   double error = 0;      // relative output error estimate sum (dW^2 diag H) / sum (W^2 diag H)
@@ -53,10 +53,10 @@ struct QuantizedLinear {
 };
 
 // Returns the quantized form, or nullopt to leave the Linear as it is.
-using QuantizeFn = std::function<std::optional<QuantizedLinear>(const LinearToQuantize&)>;
+using QuantizeFn = std::function<std::optional<QuantizedLinearResult>(const LinearToQuantize&)>;
 // Called after each layer with the layer index, its quantized Linears (to be
 // exported now: the pipeline keeps nothing of them) and the layer's wall time.
-using LayerDoneFn = std::function<void(int64_t, std::vector<QuantizedLinear>&, double)>;
+using LayerDoneFn = std::function<void(int64_t, std::vector<QuantizedLinearResult>&, double)>;
 
 struct SequentialOptions {
   // Collect Hessians (and weight the reported error by diag(H), the input

@@ -21,12 +21,12 @@ std::shared_ptr<rt::Linear> dense_f32(const std::vector<float>& w, int64_t rows,
 }
 
 // A balance Linear of a mapping: its slot in the layer and its module name.
-struct Slot {
+struct BalanceLinear {
   std::shared_ptr<rt::Linear>* lin;
   std::string name;
 };
 
-std::vector<Slot> balance_slots(rt::LayerWeights& L, int64_t li, Mapping m) {
+std::vector<BalanceLinear> balance_slots(rt::LayerWeights& L, int64_t li, Mapping m) {
   const std::string p = layer_prefix(li);
   switch (m) {
     case Mapping::AttnNormToQKV:
@@ -210,7 +210,7 @@ int64_t group_cols(int64_t group_size, int64_t cols, const std::string& name) {
 // ---- AWQ --------------------------------------------------------------------
 
 struct Balance {
-  Slot slot;
+  BalanceLinear target;
   std::vector<float> w, bias;  // the float weight of the search's starting point
   int64_t rows = 0, cols = 0;
   bool quantized = false;
@@ -225,12 +225,12 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
   rt::LayerWeights& L = model.mutable_layer(li);
   const int64_t width = mapping_width(model, m);
   std::vector<Balance> bal;
-  for (const Slot& s : balance_slots(L, li, m)) {
+  for (const BalanceLinear& s : balance_slots(L, li, m)) {
     Balance b{s, (*s.lin)->decode_all(), (*s.lin)->bias_values(), (*s.lin)->out_features(), (*s.lin)->in_features(), false};
     bal.push_back(std::move(b));
   }
   std::vector<std::shared_ptr<rt::Linear>> saved;
-  for (const Balance& b : bal) saved.push_back(*b.slot.lin);
+  for (const Balance& b : bal) saved.push_back(*b.target.lin);
 
   // Loss with the balance Linears replaced by fake_quant(W * s) / s (s empty: s = 1).
   auto loss = [&](const std::vector<float>& s, bool first) {
@@ -239,22 +239,22 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
       if (!s.empty())
         for (int64_t r = 0; r < b.rows; ++r)
           for (int64_t j = 0; j < b.cols; ++j) ws[static_cast<size_t>(r * b.cols + j)] *= s[static_cast<size_t>(j)];
-      std::vector<float> q = fake_quant(b.slot.name, ws.data(), b.rows, b.cols);
+      std::vector<float> q = fake_quant(b.target.name, ws.data(), b.rows, b.cols);
       if (first) b.quantized = !q.empty();
       if (q.empty()) {
-        *b.slot.lin = saved[static_cast<size_t>(&b - bal.data())];
+        *b.target.lin = saved[static_cast<size_t>(&b - bal.data())];
         continue;
       }
       if (static_cast<int64_t>(q.size()) != b.rows * b.cols)
-        throw invalid_input(b.slot.name, "fake quantizer returned " + std::to_string(q.size()) + " values, expected " +
+        throw invalid_input(b.target.name, "fake quantizer returned " + std::to_string(q.size()) + " values, expected " +
                                              std::to_string(b.rows * b.cols));
       if (!s.empty())
         for (int64_t r = 0; r < b.rows; ++r)
           for (int64_t j = 0; j < b.cols; ++j) q[static_cast<size_t>(r * b.cols + j)] /= s[static_cast<size_t>(j)];
-      *b.slot.lin = dense_f32(q, b.rows, b.cols, b.bias, b.slot.name);
+      *b.target.lin = dense_f32(q, b.rows, b.cols, b.bias, b.target.name);
     }
     const double l = mse(module(), reference);
-    for (size_t i = 0; i < bal.size(); ++i) *bal[i].slot.lin = saved[i];
+    for (size_t i = 0; i < bal.size(); ++i) *bal[i].target.lin = saved[i];
     return l;
   };
 
@@ -271,7 +271,7 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
   std::vector<double> w_mean(static_cast<size_t>(width), 0.0);
   int64_t total_rows = 0;
   for (const Balance& b : bal) {
-    const int64_t g = group_cols(o.group_size, b.cols, b.slot.name);
+    const int64_t g = group_cols(o.group_size, b.cols, b.target.name);
     for (int64_t r = 0; r < b.rows; ++r)
       for (int64_t g0 = 0; g0 < b.cols; g0 += g) {
         const float* wr = b.w.data() + r * b.cols + g0;

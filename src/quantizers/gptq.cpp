@@ -106,7 +106,7 @@ void HessianAccumulator::add_impl(const float* x, int64_t n_rows, int64_t cols, 
   }
 }
 
-void HessianAccumulator::flush(ThreadPool* pool) const {
+void HessianAccumulator::flush(ThreadPool* pool) {
   if (pending_rows_ == 0) return;
   const int64_t m = static_cast<int64_t>(pending_rows_), n = cols_;
   const double keep = static_cast<double>(n_) / static_cast<double>(n_ + m);
@@ -135,8 +135,12 @@ void HessianAccumulator::flush(ThreadPool* pool) const {
     for (int64_t i = j + 1; i < n; ++i) H(j, i) = H(i, j);
 }
 
+void HessianAccumulator::finish(ThreadPool* pool) { flush(pool); }
+
 const std::vector<double>& HessianAccumulator::matrix() const {
-  flush(nullptr);
+  if (!finished())
+    throw Error(ErrorKind::Internal, "hessian: matrix() read with " + std::to_string(pending_rows_) +
+                                         " rows not yet applied; call finish() first");
   return h_;
 }
 

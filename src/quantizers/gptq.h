@@ -1,6 +1,6 @@
 // GPTQ (Frantar et al. 2022) into the canonical QuantizedTensor, following
 // the reference IST-DASLab/gptq gptq.py `fasterquant` and llm-compressor's
-// gptq_quantize.py (see ../shared/reference/peers.md §1.4 and §3.4).
+// gptq_quantize.py (where they differ, the modes below say which one we follow).
 //
 // Algorithm, as the reference:
 //   1. dead columns (diag(H) == 0): H[i,i] = 1, W[:,i] = 0;
@@ -80,20 +80,23 @@ class HessianAccumulator {
   void add(const float* x, int64_t n_rows, int64_t cols, ThreadPool& pool);
   int64_t cols() const { return cols_; }
   int64_t samples() const { return n_ + static_cast<int64_t>(pending_rows_); }
-  // [cols * cols], symmetric (row-major == column-major). Applies the pending
-  // rows as a final (shorter) chunk: read it once all rows are added, else
-  // later chunks start at a different place (still correct, not bit-identical
-  // to feeding the same rows without the intermediate read).
+  // Applies the pending rows as a final (shorter) chunk. Call it once all rows
+  // are added; adding more afterwards is allowed (the next chunk starts there,
+  // so the result is not bit-identical to adding every row before finish()).
+  void finish(ThreadPool* pool = nullptr);
+  bool finished() const { return pending_rows_ == 0; }
+  // [cols * cols], symmetric (row-major == column-major). Only after finish()
+  // (a pure read: several threads may read one accumulator at once).
   const std::vector<double>& matrix() const;
 
  private:
   void add_impl(const float* x, int64_t n_rows, int64_t cols, ThreadPool* pool);
-  void flush(ThreadPool* pool) const;
+  void flush(ThreadPool* pool);
   int64_t cols_;
-  mutable int64_t n_ = 0;
-  mutable std::vector<double> h_;
-  mutable std::vector<float> pending_;  // [pending_rows_ * cols]
-  mutable size_t pending_rows_ = 0;
+  int64_t n_ = 0;
+  std::vector<double> h_;
+  std::vector<float> pending_;  // [pending_rows_ * cols]
+  size_t pending_rows_ = 0;
 };
 
 struct GptqOptions {
@@ -118,6 +121,7 @@ struct GptqResult {
 // w: row-major [rows, cols] f32 (not modified). h: the accumulated Hessian
 // (h.cols() == cols, at least one sample). name: the layer, for messages.
 // Throws qf::Error (InvalidInput) for bad shapes or an invalid scheme.
+// `h` must be finished (HessianAccumulator::finish).
 GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const HessianAccumulator& h,
                          const QuantScheme& scheme, const GptqOptions& opts, const std::string& name);
 // The same with the Hessian given directly ([cols * cols] symmetric, double).

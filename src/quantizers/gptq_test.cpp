@@ -61,6 +61,7 @@ const HessianAccumulator& hessian_of(const Layer& L) {
   static HessianAccumulator h = [&] {
     HessianAccumulator a(L.cols);
     a.add(L.X.data(), L.n, L.cols);
+    a.finish();
     return a;
   }();
   return h;
@@ -87,6 +88,10 @@ TEST(GptqHessian, MatchesDirectAndIsBatchInvariant) {
   HessianAccumulator one(cols);
   one.add(x.data(), n, cols);
   EXPECT_EQ(one.samples(), n);
+  EXPECT_FALSE(one.finished());
+  EXPECT_THROW(one.matrix(), Error);  // a read before finish() is a bug, not a silent flush
+  one.finish();
+  EXPECT_TRUE(one.finished());
   // Direct 2/n X^T X in double.
   Eigen::Map<const RowMatF> X(x.data(), n, cols);
   const Eigen::MatrixXd direct = 2.0 / static_cast<double>(n) * (X.cast<double>().transpose() * X.cast<double>());
@@ -109,11 +114,13 @@ TEST(GptqHessian, MatchesDirectAndIsBatchInvariant) {
   }
   many.add(x.data() + at * cols, n - at, cols);
   EXPECT_EQ(many.samples(), n);
+  many.finish();
   EXPECT_EQ(many.matrix(), one.matrix());
   ThreadPool pool(3);
   HessianAccumulator pooled(cols);
   pooled.add(x.data(), 500, cols, pool);
   pooled.add(x.data() + 500 * cols, n - 500, cols, pool);
+  pooled.finish(&pool);
   EXPECT_EQ(pooled.matrix(), one.matrix());
 
   EXPECT_THROW(one.add(x.data(), 1, cols + 1), Error);
@@ -304,6 +311,7 @@ TEST(Gptq, MatchesNaiveReference) {
   const Layer L = make_layer(32, 128, 512, 17);
   HessianAccumulator H(L.cols);
   H.add(L.X.data(), L.n, L.cols);
+  H.finish();
   const QuantScheme s = QuantScheme::make(4, false, QuantStrategy::Group, 32);
   for (AO ao : {AO::None, AO::Static, AO::Group, AO::Weight})
     for (int64_t bs : {int64_t{128}, int64_t{16}, int64_t{48}}) {
@@ -327,6 +335,7 @@ TEST(Gptq, DeadColumns) {
     for (int64_t c : dead) L.X[static_cast<size_t>(r * L.cols + c)] = 0.0f;
   HessianAccumulator H(L.cols);
   H.add(L.X.data(), L.n, L.cols);
+  H.finish();
   for (AO ao : {AO::None, AO::Static, AO::Group, AO::Weight}) {
     GptqOptions o;
     o.actorder = ao;
@@ -349,6 +358,7 @@ TEST(Gptq, RankDeficientHessianNeedsNoFallback) {
   for (int64_t r = 0; r < L.n; ++r) L.X[static_cast<size_t>(r * L.cols + 11)] = L.X[static_cast<size_t>(r * L.cols + 10)];
   HessianAccumulator H(L.cols);
   H.add(L.X.data(), L.n, L.cols);
+  H.finish();
   for (AO ao : {AO::None, AO::Group}) {
     GptqOptions o;
     o.actorder = ao;
@@ -363,6 +373,7 @@ TEST(Gptq, RobustFallbacks) {
   const std::vector<float> w = gaussian(rows * cols, 21), x = gaussian(n * cols, 22);
   HessianAccumulator acc(cols);
   acc.add(x.data(), n, cols);  // rank <= 32 < 64
+  acc.finish();
   const std::vector<double> G = acc.matrix();
   double mean = 0;
   for (int64_t i = 0; i < cols; ++i) mean += G[static_cast<size_t>(i * cols + i)];

@@ -64,7 +64,6 @@ class PackedLinear final : public Linear {
   std::string format() const override { return format_; }
 
  private:
-  int64_t rows() const { return out_; }
   int bits_;
   QuantStrategy strategy_;
   int64_t group_size_, groups_, words_;
