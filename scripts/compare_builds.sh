@@ -6,7 +6,8 @@
 # with every test recipe (tests/data/recipes/*.yaml, those that are meant to
 # fail included: their exit code and message must agree too), convert to GGUF
 # at F16, Q8_0, Q4_K_M and Q2_K (with an importance matrix), the importance
-# matrix itself, and eval --json on the held-out text; then compares every
+# matrix itself, inspect of every quantized checkpoint, and eval --json on
+# the held-out text; then compares every
 # file (JSON without its timings). Prints one line per case and exits 1 on any difference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,10 @@ for side in old new; do
     name=$(basename "$r" .yaml)
     run "$side" "quantize-$name" quantize "$model" --recipe "$r" --calib "$calib" -o "$o/quantize-$name/out"
     [[ $side == old ]] && cases+=("quantize-$name")
+    if [[ -d "$o/quantize-$name/out" ]]; then  # what inspect reports of the checkpoint
+      run "$side" "inspect-$name" inspect "$o/quantize-$name/out"
+      [[ $side == old ]] && cases+=("inspect-$name")
+    fi
   done
   run "$side" imatrix imatrix "$model" --text "$calib" -o "$o/imatrix/imatrix.gguf"
   for t in F16 Q8_0 Q4_K_M; do

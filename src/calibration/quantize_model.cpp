@@ -15,11 +15,8 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "eval/bench.h"
-#include "formats/export/awq_format.h"
-#include "formats/export/compressed_tensors.h"
-#include "formats/export/gptq_format.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/export/manifest.h"
-#include "formats/export/modelopt_format.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -33,12 +30,6 @@
 namespace qf {
 namespace {
 
-GptqOptions::ActOrder actorder_of(const std::string& a) {
-  if (a == "group") return GptqOptions::ActOrder::Group;
-  if (a == "weight") return GptqOptions::ActOrder::Weight;
-  if (a == "static") return GptqOptions::ActOrder::Static;
-  return GptqOptions::ActOrder::None;
-}
 
 const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                               "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",
@@ -93,7 +84,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
   const ModifierSpec& mod = *plan.quantizer;
   const bool gptq = mod.kind == "GPTQModifier";
-  const std::string& format = recipe.export_.format;
+  const CheckpointFormat& format = *plan.format;
 
   std::vector<std::vector<int32_t>> samples;
   if (plan.needs_calibration) {
@@ -117,7 +108,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   QuantizeSummary sum;
-  sum.format = format;
+  sum.format = format.name();
   sum.method = plan.method;
   sum.samples = static_cast<int64_t>(samples.size());
   for (const auto& s : samples) sum.tokens += static_cast<int64_t>(s.size());
@@ -138,7 +129,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       GptqOptions o;
       o.block_size = mod.block_size;
       o.dampening_frac = mod.dampening_frac;
-      o.actorder = actorder_of(g.actorder);
+      o.actorder = actorder_of(g);
       o.observer = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
       o.mse = g.mse;
       o.pool = &pool;
@@ -205,10 +196,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     double worst = 0;
     for (auto& d : done) {
       const ActQuantParams* act = d.act ? &*d.act : nullptr;
-      if (format == "gptq") add_gptq_linear(writer, d.name, d.q);
-      else if (format == "awq") add_awq_linear(writer, d.name, d.q);
-      else if (format == "modelopt") add_modelopt_linear(writer, d.name, d.q, act);
-      else add_compressed_tensors_linear(writer, d.name, d.q, act);
+      format.add_linear(writer, d.name, d.q, act);
       written.insert(d.name + ".weight");
       ++sum.linears;
       err_sum += d.error;
@@ -245,11 +233,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   std::vector<KvScales> kv;
   for (const auto& [k, v] : kv_amax)
     kv.push_back({k > 0 ? k / 448.0f : 1.0f, v > 0 ? v / 448.0f : 1.0f});
-  for (size_t li = 0; li < kv.size(); ++li) {
-    const std::string p = "model.layers." + std::to_string(li);
-    if (format == "modelopt") add_modelopt_kv_scales(writer, p, modelopt_fp8_kv_scales(kv[li]));
-    else add_compressed_tensors_kv_scales(writer, p + ".self_attn", kv[li], plan_scale_dtype(cfg));
-  }
+  for (size_t li = 0; li < kv.size(); ++li)
+    format.add_kv_scales(writer, static_cast<int64_t>(li), kv[li], plan_scale_dtype(cfg));
 
   // Everything else is copied as it is. lm_head is never quantized here; it
   // is listed in ignore even when tied to the embeddings (it is still a
@@ -271,48 +256,27 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   writer.finish();
 
   nlohmann::ordered_json config = cfg.raw;
-  const ModifierSpec::Group& g0 = plan.linears.begin()->second.group;
-  if (format == "gptq") {
-    GptqConfigExtras ex;
-    ex.damp_percent = mod.dampening_frac;
-    ex.static_groups = g0.actorder == "weight" || g0.actorder == "static";
-    nlohmann::json qc = gptq_quantize_config(g0.weights, g0.actorder == "group", ex);
-    write_file_atomic(stage.path() / "quantize_config.json", qc.dump(2) + "\n");
-    config["quantization_config"] = qc;
-  } else if (format == "awq") {
-    config["quantization_config"] = awq_quantization_config(g0.weights, ignore);
-  } else if (format == "modelopt") {
-    const std::string algo = g0.weights.is_fp8() ? "FP8" : g0.input_activations ? "NVFP4" : "W4A16_NVFP4";
-    const nlohmann::json hq =
-        modelopt_hf_quant_config(algo, mod.kv_cache_scheme ? std::optional<std::string>("FP8") : std::nullopt,
-                                 g0.weights.is_nvfp4() ? std::optional<int>(16) : std::nullopt, ignore);
-    write_file_atomic(stage.path() / "hf_quant_config.json", hq.dump(4) + "\n");
-    config["quantization_config"] = modelopt_config_block(hq);
-  } else {
-    // Groups in the recipe's order, each once.
-    std::vector<CompressedTensorsGroup> list;
-    std::vector<const ModifierSpec::Group*> used;
-    for (const auto& mg : mod.groups) {
-      const auto p = std::find_if(plan.linears.begin(), plan.linears.end(),
-                                  [&](const auto& e) { return e.second.group.name == mg.name; });
-      if (p == plan.linears.end()) continue;
-      const ModifierSpec::Group& g = p->second.group;
-      CompressedTensorsGroup cg;
-      cg.scheme = g.weights;
-      cg.targets = g.targets;
-      cg.actorder_group = g.actorder == "group";
-      cg.observer = g.observer == "mse" ? "mse" : "memoryless_minmax";
-      cg.observer_kwargs = g.observer_kwargs;
-      cg.input_activations = g.input_activations;
-      list.push_back(cg);
-      used.push_back(&g);
-    }
-    nlohmann::json qc = compressed_tensors_config(list, ignore, kCompressedTensorsVersion, mod.kv_cache_scheme);
-    // GPTQ's static act-order is recorded as llm-compressor records it.
-    for (size_t i = 0; i < used.size(); ++i)
-      if (gptq && used[i]->actorder == "weight") qc["config_groups"]["group_" + std::to_string(i)]["weights"]["actorder"] = "static";
-    config["quantization_config"] = qc;
+  // The groups actually used, in the recipe's order, each once.
+  ExportConfig ec;
+  for (const auto& mg : mod.groups) {
+    const auto p = std::find_if(plan.linears.begin(), plan.linears.end(),
+                                [&](const auto& e) { return e.second.group.name == mg.name; });
+    if (p == plan.linears.end()) continue;
+    const ModifierSpec::Group& g = p->second.group;
+    ExportGroup eg;
+    eg.targets = g.targets;
+    eg.weights = g.weights;
+    eg.act = g.input_activations;
+    eg.actorder = actorder_of(g);
+    eg.by_gptq = gptq;
+    eg.mse_observer = g.observer == "mse";
+    eg.observer_kwargs = g.observer_kwargs;
+    ec.groups.push_back(eg);
   }
+  ec.ignore = ignore;
+  ec.kv_cache = mod.kv_cache_scheme;
+  ec.dampening_frac = mod.dampening_frac;
+  format.write_config(ec, config, stage.path());
   write_file_atomic(stage.path() / "config.json", config.dump(2) + "\n");
   for (const char* f : kCopiedFiles)
     if (fs::exists(rm.dir / f)) fs::copy_file(rm.dir / f, stage.path() / f);

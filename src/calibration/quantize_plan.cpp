@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/export/compressed_tensors.h"
 #include "quantizers/act_quant.h"
 #include "quantizers/float_quant.h"
@@ -31,38 +32,22 @@ void check_divisible(const ModifierSpec& mod, const ModifierSpec::Group& g, cons
 
 // Checks one Linear's scheme against its shape and the export format.
 void check_linear(const ModifierSpec& mod, const ModifierSpec::Group& g, const std::string& name, int64_t rows,
-                  int64_t cols, const std::string& format, bool gptq) {
+                  int64_t cols, const CheckpointFormat& format, bool gptq) {
   const QuantScheme& w = g.weights;
   check_divisible(mod, g, w, name, cols);
   if (gptq && w.is_float())
     throw unsupported(g.where, "GPTQModifier quantizes integer weights; use QuantizationModifier for " + w.describe());
   const ActivationScheme* a = g.input_activations ? &*g.input_activations : nullptr;
-  if (format == "gptq" || format == "awq") {
-    if (a) throw unsupported(g.where, "the " + format + " format holds weight-only schemes; export compressed-tensors for " +
-                                          a->describe() + " activations");
-    if (w.is_float()) throw unsupported(g.where, "the " + format + " format holds integer weights, not " + w.describe());
-  }
-  if (format == "gptq") {
-    if (w.strategy == QuantStrategy::Tensor)
-      throw unsupported(g.where, "the GPTQ format has no per-tensor strategy; use group or channel");
-    if (!w.symmetric)
-      throw unsupported(g.where, "asymmetric GPTQ checkpoints (v1 zero-minus-one convention) cannot hold a zero point "
-                                 "of 0; use symmetric: true or export compressed-tensors");
-    if (g.scale_dtype_set && w.scale_dtype != DType::F16) throw unsupported(g.where, "the GPTQ format stores f16 scales");
-    const int64_t b = w.bits;
-    if (b != 2 && b != 3 && b != 4 && b != 8)
-      throw unsupported(g.where, "the GPTQ format holds 2, 3, 4 or 8 bits, not " + std::to_string(b));
-    if ((cols * b) % 32 != 0 || (rows * b) % 32 != 0)
-      throw unsupported(g.where, name + " is [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                                     "]: GPTQ packing needs in*bits and out*bits to be multiples of 32");
-  }
-  if (format == "awq") {
-    if (w.bits != 4 || w.strategy != QuantStrategy::Group)
-      throw unsupported(g.where, "the AutoAWQ GEMM format holds 4-bit group quantization, not " + w.describe());
-    if (g.scale_dtype_set && w.scale_dtype != DType::F16) throw unsupported(g.where, "the AWQ format stores f16 scales");
-    if (rows % 8 != 0) throw unsupported(g.where, name + " has " + std::to_string(rows) + " output rows: AWQ packs 8 per int32");
-    if (g.actorder == "group") throw unsupported(g.where, "the AWQ format has no g_idx (act-order 'group')");
-  }
+  LinearCheck c;
+  c.name = name;
+  c.rows = rows;
+  c.cols = cols;
+  c.weights = &w;
+  c.act = a;
+  c.actorder = actorder_of(g);
+  c.scale_dtype_given = g.scale_dtype_set;
+  c.where = g.where;
+  format.check_linear(c);
   // A scheme's `format` names the compressed-tensors format of its group;
   // quantforge writes the one compressed-tensors infers (other exports are
   // their own formats), so another one would be silently ignored.
@@ -73,15 +58,6 @@ void check_linear(const ModifierSpec& mod, const ModifierSpec::Group& g, const s
                                             "' (the format compressed-tensors infers for " + w.describe() +
                                             (a ? " / " + a->describe() : std::string(" weight-only")) +
                                             "); another format is not supported (remove the key)");
-  }
-  if (format == "modelopt") {
-    const bool fp8 = w.is_fp8() && w.strategy == QuantStrategy::Tensor && a && a->type == QuantType::Float &&
-                     a->bits == 8 && a->strategy == QuantStrategy::Tensor && !a->dynamic;
-    const bool nvfp4 = w.is_nvfp4() && (!a || a->is_nvfp4());
-    if (!fp8 && !nvfp4)
-      throw unsupported(g.where, "the modelopt format holds FP8 (per-tensor weights, static per-tensor inputs: preset FP8) "
-                                 "and NVFP4 (NVFP4, NVFP4A16); this group is " + w.describe() +
-                                     (a ? " / " + a->describe() : std::string(" weight-only")));
   }
 }
 
@@ -114,6 +90,13 @@ class TrialLinear final : public rt::Linear {
 };
 
 }  // namespace
+
+GptqOptions::ActOrder actorder_of(const ModifierSpec::Group& g) {
+  if (g.actorder == "group") return GptqOptions::ActOrder::Group;
+  if (g.actorder == "weight") return GptqOptions::ActOrder::Weight;
+  if (g.actorder == "static") return GptqOptions::ActOrder::Static;
+  return GptqOptions::ActOrder::None;
+}
 
 DType plan_scale_dtype(const ModelConfig& c) {
   if (c.torch_dtype == "bfloat16") return DType::BF16;
@@ -165,7 +148,8 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
                                        "AWQModifier a scheme)");
   const ModifierSpec& mod = *plan.quantizer;
   const bool gptq = mod.kind == "GPTQModifier";
-  const std::string& format = recipe.export_.format;
+  plan.format = &checkpoint_format(recipe.export_.format, recipe.export_.format_where);
+  const CheckpointFormat& format = *plan.format;
   const ModelConfig& cfg = model.config();
   const DType sdt = plan_scale_dtype(cfg);
 
@@ -230,14 +214,15 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     }
   }
   const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
-  if ((format == "gptq" || format == "awq" || format == "modelopt") && group_names.size() > 1)
-    throw unsupported(recipe.source, "the " + format + " format holds one scheme per model; export compressed-tensors for mixed schemes");
-  if ((format == "gptq" || format == "awq") && n != all)
-    throw unsupported(recipe.source, "the " + format + " format expects every decoder Linear quantized; the recipe leaves " +
+  const std::string fname = format.name();
+  if (format.one_scheme_per_model() && group_names.size() > 1)
+    throw unsupported(recipe.source, "the " + fname + " format holds one scheme per model; export compressed-tensors for mixed schemes");
+  if (format.every_linear_quantized() && n != all)
+    throw unsupported(recipe.source, "the " + fname + " format expects every decoder Linear quantized; the recipe leaves " +
                                          std::to_string(all - n) +
                                          " in full precision (export compressed-tensors, which records them in ignore)");
-  if (mod.kv_cache_scheme && (format == "gptq" || format == "awq"))
-    throw unsupported(mod.where, "the " + format + " format has no KV-cache scales; export compressed-tensors or modelopt");
+  if (mod.kv_cache_scheme && !format.holds_kv_scales())
+    throw unsupported(mod.where, "the " + fname + " format has no KV-cache scales; export compressed-tensors or modelopt");
 
   std::vector<std::string> reasons;
   if (gptq) reasons.push_back("GPTQ");

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/export/checkpoint_format.h"
+#include "quantizers/gptq.h"
 #include "quantizers/quant_scheme.h"
 #include "recipe/recipe.h"
 #include "runtime/linear.h"
@@ -22,6 +24,7 @@ struct PlannedLinear {
 };
 
 struct QuantizePlan {
+  const CheckpointFormat* format = nullptr;   // the recipe's export.format
   const ModifierSpec* quantizer = nullptr;    // GPTQModifier, QuantizationModifier, or an AWQModifier with a scheme
   const ModifierSpec* smoothquant = nullptr;  // SmoothQuantModifier, when the recipe has one
   const ModifierSpec* awq = nullptr;          // AWQModifier, when the recipe has one
@@ -44,6 +47,9 @@ struct QuantizePlan {
 // set into one Linear with one global scale, and llm-compressor refuses such
 // a set too (its fuse_weight_observers asserts every member is TENSOR_GROUP).
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
+
+// The recipe's act-order of a GPTQ group ("group", "weight", "static"; else none).
+GptqOptions::ActOrder actorder_of(const ModifierSpec::Group& g);
 
 // The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
 DType plan_scale_dtype(const ModelConfig& c);

@@ -7,8 +7,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
-#include "formats/export/awq_format.h"
-#include "formats/export/compressed_tensors.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -131,42 +130,12 @@ json inspect_model(const std::string& model, const std::string& revision) {
           {"quantization_config", cfg.quantization_config ? *cfg.quantization_config : json(nullptr)}};
 }
 
-// "compressed-tensors pack-quantized: group_0 int4 sym g128 -> Linear; ignore lm_head",
-// "gptq: int4 sym g128, desc_act", or the raw JSON for other methods.
+// The checkpoint format's own one-line description ("gptq (gptq): int4 sym
+// g128, desc_act", ...), or the raw JSON for other methods and for
+// configurations the readers refuse.
 static std::string quantization_summary(const json& q) {
-  auto scheme = [](int64_t bits, bool sym, const json& group, const std::string& strategy) {
-    std::string s = "int" + std::to_string(bits) + (sym ? " sym " : " asym ");
-    if (strategy == "group" && group.is_number()) return s + "g" + std::to_string(group.get<int64_t>());
-    return s + strategy;
-  };
   try {
-    const std::string method = q.value("quant_method", "");
-    if (method == "compressed-tensors") {
-      std::string out = "compressed-tensors " + q.value("format", std::string("?")) + ":";
-      for (const auto& [name, g] : q.at("config_groups").items()) {
-        const json& w = g.at("weights");
-        out += " " + name + " " + compressed_tensors_scheme_from_args(w).describe();
-        if (w.contains("actorder") && w["actorder"].is_string()) out += " actorder " + w["actorder"].get<std::string>();
-        if (g.contains("input_activations") && g["input_activations"].is_object())
-          out += " / " + compressed_tensors_activation_from_args(g["input_activations"]).describe();
-        out += " -> " + g.value("targets", json::array()).dump() + ";";
-      }
-      if (q.contains("kv_cache_scheme") && q["kv_cache_scheme"].is_object()) out += " kv cache fp8;";
-      std::string ign;
-      for (const auto& i : q.value("ignore", json::array())) ign += (ign.empty() ? "" : ", ") + i.get<std::string>();
-      return out + " ignore " + (ign.empty() ? "nothing" : ign);
-    }
-    if (method == "awq") return "awq (" + q.value("version", std::string("?")) + "): " + awq_scheme_from_config(q).describe();
-    if (method == "modelopt") {
-      const json& k = q.contains("kv_cache_scheme") ? q["kv_cache_scheme"] : json();
-      return "modelopt: " + q.value("quant_algo", std::string("?")) + (k.is_object() ? ", kv cache fp8" : "");
-    }
-    if (method == "gptq") {
-      const int64_t g = q.value("group_size", int64_t{-1});
-      return "gptq (" + q.value("checkpoint_format", std::string("gptq")) + "): " +
-             scheme(q.value("bits", 4), q.value("sym", true), g > 0 ? json(g) : json(), g > 0 ? "group" : "channel") +
-             (q.value("desc_act", false) ? ", desc_act" : "");
-    }
+    if (const CheckpointFormat* f = find_checkpoint_format(q.value("quant_method", ""))) return f->describe(q);
   } catch (const json::exception&) {
   } catch (const Error&) {  // a scheme the readers refuse: shown as written
   }

@@ -22,6 +22,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/did_you_mean.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "recipe/recipe_internal.h"
@@ -40,36 +41,6 @@ std::string upper(std::string s) {
 }
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
-// Optimal string alignment distance (an adjacent transposition counts as one
-// edit), case-insensitive.
-size_t edit_distance(const std::string& a0, const std::string& b0) {
-  const std::string a = lower(a0), b = lower(b0);
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i)
-    for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[a.size()][b.size()];
-}
-
-// "did you mean 'x'?" for the closest candidate within 2 edits (case-insensitive).
-std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = 3;
-  for (const auto& c : candidates) {
-    const size_t d = edit_distance(word, c);
-    if (d < best_d && d < std::max<size_t>(word.size(), 2)) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
@@ -318,7 +289,7 @@ class Parser {
       if (allowed && std::find(allowed->begin(), allowed->end(), key) == allowed->end()) {
         std::string hint = extra_hint ? extra_hint(key) : "";
         if (hint.empty()) {
-          const std::string c = closest(key, *allowed);
+          const std::string c = closest_word(key, *allowed);
           hint = c.empty() ? "valid keys: " + join(*allowed) : "did you mean " + quote(c) + "?";
         }
         fail(k, (path.empty() ? "" : path + ": ") + "unknown key " + quote(key) + " (" + hint + ")");
@@ -430,7 +401,7 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
                            " at the top level (put it under a stage and a group: 'quant_stage: quant_modifiers: " + k +
                            ": ...')");
     } else {
-      const std::string c = closest(k, {"calibration", "export", "args", "quant_stage"});
+      const std::string c = closest_word(k, {"calibration", "export", "args", "quant_stage"});
       fail(e.key_node, "unknown key " + quote(k) + " (" +
                            (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, args")
                                       : "did you mean " + quote(c) + "?") +
@@ -474,7 +445,7 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
            ErrorKind::Unsupported);
     std::vector<std::string> all = kModifierKinds;
     all.insert(all.end(), kKnownModifiers.begin(), kKnownModifiers.end());
-    const std::string c = closest(kind, all);
+    const std::string c = closest_word(kind, all);
     fail(mod.key_node, "unknown modifier " + quote(kind) + " (" +
                            (c.empty() ? std::string("supported modifiers: ") + kSupportedModifiers
                                       : "did you mean " + quote(c) + "?") +
@@ -569,7 +540,7 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
       const std::string name = as_string(name_node, kind + ".scheme");
       std::optional<Preset> p = preset(name);
       if (!p) {
-        const std::string c = closest(upper(name), preset_names());
+        const std::string c = closest_word(upper(name), preset_names());
         fail(name_node, kind + ".scheme: unknown preset scheme " + quote(name) + " (" +
                             (c.empty() ? std::string("supported presets: ") + kSupportedPresets
                                        : "did you mean " + quote(c) + "?") +
@@ -765,7 +736,7 @@ void Parser::parse_weights(const YAML::Node& n, const std::string& path, Modifie
       fail(sn, path + ".strategy: 4-bit float weights are NVFP4: strategy tensor_group, group_size 16 (MXFP4 is not supported)",
            ErrorKind::Unsupported);
     if (strategy != "tensor" && strategy != "channel" && strategy != "group" && strategy != "tensor_group") {
-      const std::string c = closest(strategy, {"tensor", "channel", "group", "tensor_group"});
+      const std::string c = closest_word(strategy, {"tensor", "channel", "group", "tensor_group"});
       fail(sn, path + ".strategy: unknown strategy " + quote(strategy) + " (" +
                    (c.empty() ? std::string("tensor, channel or group") : "did you mean " + quote(c) + "?") + ")");
     }
@@ -862,7 +833,7 @@ void Parser::parse_weight_observer_kwargs(const YAML::Node& n, const std::string
     if (std::find(keys.begin(), keys.end(), e.key) == keys.end()) {
       const std::vector<std::string> all = mse_keys;
       const bool mse_only = std::find(all.begin(), all.end(), e.key) != all.end();
-      const std::string c = closest(e.key, keys);
+      const std::string c = closest_word(e.key, keys);
       fail(e.key_node, path + ": unknown key " + quote(e.key) + " for the " + quote(obs == "mse" ? "mse" : "minmax") +
                            " observer (" +
                            (mse_only ? quote(e.key) + " is the mse observer's" :
@@ -1089,7 +1060,7 @@ std::string Parser::parse_observer(const YAML::Node& n, const std::string& path)
   if (l == "mse" || l == "memoryless_mse") return "mse";
   if (l == "imatrix_mse" || l == "nvfp4_expanded_mse")
     fail(n, path + ": observer " + quote(s) + " is not supported yet (minmax, mse)", ErrorKind::Unsupported);
-  const std::string c = closest(l, {"minmax", "mse", "memoryless_minmax", "memoryless_mse", "static_minmax"});
+  const std::string c = closest_word(l, {"minmax", "mse", "memoryless_minmax", "memoryless_mse", "static_minmax"});
   fail(n, path + ": unknown observer " + quote(s) + " (" +
               (c.empty() ? std::string("minmax or mse") : "did you mean " + quote(c) + "?") + ")");
 }
@@ -1105,7 +1076,7 @@ std::string Parser::parse_act_observer(const YAML::Node& n, const std::string& p
                                                  "memoryless_mse", "imatrix_mse", "nvfp4_expanded_mse"};
   if (l == "memoryless") return "memoryless_minmax";
   if (std::find(known.begin(), known.end(), l) != known.end()) return l;
-  const std::string c = closest(l, known);
+  const std::string c = closest_word(l, known);
   fail(n, path + ": unknown observer " + quote(s) + " (" +
               (c.empty() ? std::string("static_minmax, minmax, memoryless_minmax or mse") : "did you mean " + quote(c) + "?") + ")");
 }
@@ -1149,13 +1120,10 @@ void Parser::parse_export(const Entry& e, ExportSpec& x) {
   reject_null(a, "export", {"format", "shard_size"});
   if (a.has("format")) {
     const YAML::Node f = a.get("format");
-    const std::string v = as_string(f, "export.format");
-    if (v != "compressed-tensors" && v != "gptq" && v != "awq" && v != "modelopt") {
-      const std::string c = closest(v, {"compressed-tensors", "gptq", "awq", "modelopt"});
-      fail(f, "export.format: unknown format " + quote(v) + " (" +
-                  (c.empty() ? std::string("compressed-tensors, gptq, awq or modelopt") : "did you mean " + quote(c) + "?") + ")");
-    }
-    x.format = v;
+    // The name is looked up in the checkpoint-format registry by the quantize
+    // plan (formats/export/checkpoint_format.h), with this position.
+    x.format = as_string(f, "export.format");
+    x.format_where = pos(mark(f));
   }
   if (a.has("shard_size")) {
     // transformers' convert_file_size_to_int: KB/MB/GB/TB are powers of 1000,

@@ -124,7 +124,8 @@ struct CalibrationSpec {
 };
 
 struct ExportSpec {
-  std::string format = "compressed-tensors";  // or "gptq", "awq" (AutoAWQ GEMM), "modelopt" (NVIDIA Model Optimizer HF)
+  std::string format;        // a checkpoint format's name (formats/export/checkpoint_format.h); empty: the default
+  std::string format_where;  // "FILE:LINE:COL" of the value, for messages
   uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
 };
 

@@ -56,7 +56,9 @@ TEST(Recipe, EveryShippedRecipeParses) {
       EXPECT_TRUE(scheme_for(m, "model.layers.0.self_attn.q_proj").has_value());
       EXPECT_FALSE(scheme_for(m, "lm_head").has_value());
     }
-    EXPECT_TRUE(r.export_.format == "compressed-tensors" || r.export_.format == "awq" || r.export_.format == "modelopt")
+    // The shipped recipes name no GPTQ export (they are for vLLM), or the default.
+    EXPECT_TRUE(r.export_.format.empty() || r.export_.format == "compressed-tensors" || r.export_.format == "awq" ||
+                r.export_.format == "modelopt")
         << r.export_.format;
     ++n;
   }
@@ -335,6 +337,7 @@ TEST(Recipe, CalibrationAndExportSections) {
   EXPECT_EQ(r.calibration.seq_len, 2048);
   EXPECT_EQ(r.calibration.seed, 7u);
   EXPECT_EQ(r.export_.format, "gptq");
+  EXPECT_EQ(r.export_.format_where, "r.yaml:11:11");
   EXPECT_EQ(r.export_.max_shard_bytes, 2000000000ull);
 
   const Recipe d = one_modifier("      scheme: W4A16\n");
@@ -342,7 +345,7 @@ TEST(Recipe, CalibrationAndExportSections) {
   EXPECT_EQ(d.calibration.text_field, "text");
   EXPECT_EQ(d.calibration.num_samples, 128);
   EXPECT_EQ(d.calibration.seq_len, 512);
-  EXPECT_EQ(d.export_.format, "compressed-tensors");
+  EXPECT_EQ(d.export_.format, "");  // the default format (checkpoint_format.h)
   EXPECT_EQ(d.export_.max_shard_bytes, 5ull << 30);
 
   auto shard = [](const std::string& v) {

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/export/checked_tensor.h"
 
 namespace qf {
@@ -152,6 +153,73 @@ QuantizedTensor read_awq_linear(const Checkpoint& ck, const std::string& prefix,
     for (int64_t n = 0; n < N; ++n) q.scales[static_cast<size_t>(n * G + gi)] = s[static_cast<size_t>(gi * N + n)];
   q.validate(prefix);
   return q;
+}
+
+// ---- the checkpoint format --------------------------------------------------
+
+namespace {
+
+class AwqFormat final : public CheckpointFormat {
+ public:
+  const char* name() const override { return "awq"; }
+
+  void check_linear(const LinearCheck& c) const override {
+    const QuantScheme& w = *c.weights;
+    if (c.act)
+      throw unsupported(c.where, "the awq format holds weight-only schemes; export compressed-tensors for " +
+                                     c.act->describe() + " activations");
+    if (w.is_float()) throw unsupported(c.where, "the awq format holds integer weights, not " + w.describe());
+    if (w.bits != 4 || w.strategy != QuantStrategy::Group)
+      throw unsupported(c.where, "the AutoAWQ GEMM format holds 4-bit group quantization, not " + w.describe());
+    if (c.scale_dtype_given && w.scale_dtype != DType::F16) throw unsupported(c.where, "the AWQ format stores f16 scales");
+    if (c.rows % 8 != 0)
+      throw unsupported(c.where, c.name + " has " + std::to_string(c.rows) + " output rows: AWQ packs 8 per int32");
+    if (c.actorder == GptqOptions::ActOrder::Group)
+      throw unsupported(c.where, "the AWQ format has no g_idx (act-order 'group')");
+  }
+  bool one_scheme_per_model() const override { return true; }
+  bool every_linear_quantized() const override { return true; }
+  bool holds_kv_scales() const override { return false; }
+
+  void add_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
+                  const ActQuantParams*) const override {
+    add_awq_linear(w, prefix, q);
+  }
+  void add_kv_scales(SafetensorsWriter&, int64_t, const KvScales&, DType) const override {
+    throw Error(ErrorKind::Internal, "the awq format holds no KV-cache scales");
+  }
+  void write_config(const ExportConfig& c, nlohmann::ordered_json& config, const std::filesystem::path&) const override {
+    config["quantization_config"] = awq_quantization_config(c.groups.at(0).weights, c.ignore);
+  }
+
+  OpenedConfig open(const std::filesystem::path&, const nlohmann::json& qcfg,
+                    const std::string& config_file) const override {
+    try {
+      awq_scheme_from_config(qcfg);  // Unsupported for other versions / bits
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Unsupported) throw;
+      throw unsupported(config_file, e.what());
+    }
+    return {qcfg, false};
+  }
+  std::optional<ReadLinear> read_linear(const Checkpoint& ck, const std::string& prefix,
+                                        const nlohmann::json& qcfg) const override {
+    if (!ck.contains(prefix + ".qweight")) return std::nullopt;
+    return ReadLinear{read_awq_linear(ck, prefix, qcfg), std::nullopt, false};
+  }
+  KvScales read_kv_scales(const Checkpoint&, int64_t) const override {
+    throw Error(ErrorKind::Internal, "the awq format holds no KV-cache scales");
+  }
+  std::string describe(const nlohmann::json& q) const override {
+    return "awq (" + q.value("version", std::string("?")) + "): " + awq_scheme_from_config(q).describe();
+  }
+};
+
+}  // namespace
+
+const CheckpointFormat& awq_checkpoint_format() {
+  static const AwqFormat f;
+  return f;
 }
 
 }  // namespace qf

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/export/checkpoint_format.h"
+#include "recipe/recipe.h"
 #include "formats/export/checked_tensor.h"
 #include "formats/export/pack.h"
 
@@ -598,6 +600,124 @@ json compressed_tensors_config(const std::vector<CompressedTensorsGroup>& groups
   c["transform_config"] = json::object();
   c["version"] = version;
   return c;
+}
+
+// ---- the checkpoint format --------------------------------------------------
+
+namespace {
+
+std::string attn_module(int64_t layer) { return "model.layers." + std::to_string(layer) + ".self_attn"; }
+
+// The config group that claims a module, with compressed-tensors'
+// precedence: an exact module name, then a "re:" pattern, then a class name.
+nlohmann::json group_of(const nlohmann::json& qcfg, const std::string& module) {
+  if (!qcfg.contains("config_groups") || !qcfg["config_groups"].is_object())
+    throw invalid_input(module, "quantization_config has no config_groups");
+  const nlohmann::json* best = nullptr;
+  int best_rank = 0;
+  for (const auto& [name, g] : qcfg["config_groups"].items()) {
+    if (!g.is_object() || !g.contains("weights")) continue;
+    for (const auto& t : g.value("targets", nlohmann::json::array())) {
+      if (!t.is_string()) continue;
+      const std::string target = t.get<std::string>();
+      if (!recipe_matches(target, module)) continue;
+      const int rank = target == module ? 3 : target.rfind("re:", 0) == 0 ? 2 : 1;
+      if (rank > best_rank) best = &g, best_rank = rank;
+    }
+  }
+  if (!best) throw invalid_input(module, "no config group of quantization_config targets this module");
+  return *best;
+}
+
+class CompressedTensorsFormat final : public CheckpointFormat {
+ public:
+  const char* name() const override { return "compressed-tensors"; }
+
+  // Every scheme quantforge quantizes has a compressed-tensors format
+  // (compressed_tensors_format_of); add_linear validates each Linear.
+  void check_linear(const LinearCheck&) const override {}
+  bool one_scheme_per_model() const override { return false; }
+  bool every_linear_quantized() const override { return false; }
+  bool holds_kv_scales() const override { return true; }
+
+  void add_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
+                  const ActQuantParams* act) const override {
+    add_compressed_tensors_linear(w, prefix, q, act);
+  }
+  void add_kv_scales(SafetensorsWriter& w, int64_t layer, const KvScales& calibrated, DType model_dtype) const override {
+    add_compressed_tensors_kv_scales(w, attn_module(layer), calibrated, model_dtype);
+  }
+  void write_config(const ExportConfig& c, nlohmann::ordered_json& config, const std::filesystem::path&) const override {
+    std::vector<CompressedTensorsGroup> list;
+    for (const ExportGroup& g : c.groups) {
+      CompressedTensorsGroup cg;
+      cg.scheme = g.weights;
+      cg.targets = g.targets;
+      cg.actorder_group = g.actorder == GptqOptions::ActOrder::Group;
+      cg.observer = g.mse_observer ? "mse" : "memoryless_minmax";
+      cg.observer_kwargs = g.observer_kwargs;
+      cg.input_activations = g.act;
+      list.push_back(cg);
+    }
+    nlohmann::json qc = compressed_tensors_config(list, c.ignore, kCompressedTensorsVersion, c.kv_cache);
+    // GPTQ's static act-order is recorded as llm-compressor records it.
+    for (size_t i = 0; i < c.groups.size(); ++i)
+      if (c.groups[i].by_gptq && c.groups[i].actorder == GptqOptions::ActOrder::Weight)
+        qc["config_groups"]["group_" + std::to_string(i)]["weights"]["actorder"] = "static";
+    config["quantization_config"] = qc;
+  }
+
+  OpenedConfig open(const std::filesystem::path&, const nlohmann::json& qcfg,
+                    const std::string& config_file) const override {
+    OpenedConfig o{qcfg, false};
+    const std::string fmt = qcfg.value("format", "");
+    static const char* kFormats[] = {"pack-quantized", "int-quantized", "float-quantized", "naive-quantized",
+                                     "nvfp4-pack-quantized", "mixed-precision"};
+    if (std::find(std::begin(kFormats), std::end(kFormats), fmt) == std::end(kFormats))
+      throw unsupported(config_file, "compressed-tensors format '" + fmt + "' is not supported by the runtime (pack-quantized, "
+                                     "int-quantized, float-quantized, naive-quantized, nvfp4-pack-quantized, mixed-precision)");
+    const auto& kv = qcfg.contains("kv_cache_scheme") ? qcfg["kv_cache_scheme"] : nlohmann::json();
+    if (!kv.is_null()) {
+      const ActivationScheme k = compressed_tensors_activation_from_args(kv);
+      if (!(k.type == QuantType::Float && k.bits == 8 && k.strategy == QuantStrategy::Tensor && !k.dynamic))
+        throw unsupported(config_file, "kv_cache_scheme '" + k.describe() + "' (the runtime reads fp8 tensor static)");
+      o.kv_scales = true;
+    }
+    return o;
+  }
+  // Quantized modules carry a weight_scale (or a packed weight); ignored ones are dense.
+  std::optional<ReadLinear> read_linear(const Checkpoint& ck, const std::string& prefix,
+                                        const nlohmann::json& qcfg) const override {
+    if (!ck.contains(prefix + ".weight_packed") && !ck.contains(prefix + ".weight_scale")) return std::nullopt;
+    CompressedTensorsLinear r = read_compressed_tensors_any(ck, prefix, group_of(qcfg, prefix), qcfg.value("format", ""));
+    return ReadLinear{std::move(r.q), std::move(r.act), false};
+  }
+  KvScales read_kv_scales(const Checkpoint& ck, int64_t layer) const override {
+    return read_compressed_tensors_kv_scales(ck, attn_module(layer));
+  }
+  // "compressed-tensors pack-quantized: group_0 int4 sym g128 -> ["Linear"]; ignore lm_head"
+  std::string describe(const nlohmann::json& q) const override {
+    std::string out = "compressed-tensors " + q.value("format", std::string("?")) + ":";
+    for (const auto& [name, g] : q.at("config_groups").items()) {
+      const nlohmann::json& w = g.at("weights");
+      out += " " + name + " " + compressed_tensors_scheme_from_args(w).describe();
+      if (w.contains("actorder") && w["actorder"].is_string()) out += " actorder " + w["actorder"].get<std::string>();
+      if (g.contains("input_activations") && g["input_activations"].is_object())
+        out += " / " + compressed_tensors_activation_from_args(g["input_activations"]).describe();
+      out += " -> " + g.value("targets", nlohmann::json::array()).dump() + ";";
+    }
+    if (q.contains("kv_cache_scheme") && q["kv_cache_scheme"].is_object()) out += " kv cache fp8;";
+    std::string ign;
+    for (const auto& i : q.value("ignore", nlohmann::json::array())) ign += (ign.empty() ? "" : ", ") + i.get<std::string>();
+    return out + " ignore " + (ign.empty() ? "nothing" : ign);
+  }
+};
+
+}  // namespace
+
+const CheckpointFormat& compressed_tensors_checkpoint_format() {
+  static const CompressedTensorsFormat f;
+  return f;
 }
 
 }  // namespace qf

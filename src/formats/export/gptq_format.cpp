@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/export/checked_tensor.h"
 #include "formats/export/pack.h"
 
@@ -217,6 +219,82 @@ QuantizedTensor read_gptq_linear(const Checkpoint& ck, const std::string& prefix
   }
   q.validate(prefix);
   return q;
+}
+
+// ---- the checkpoint format --------------------------------------------------
+
+namespace {
+
+class GptqFormat final : public CheckpointFormat {
+ public:
+  const char* name() const override { return "gptq"; }
+
+  void check_linear(const LinearCheck& c) const override {
+    const QuantScheme& w = *c.weights;
+    if (c.act)
+      throw unsupported(c.where, "the gptq format holds weight-only schemes; export compressed-tensors for " +
+                                     c.act->describe() + " activations");
+    if (w.is_float()) throw unsupported(c.where, "the gptq format holds integer weights, not " + w.describe());
+    if (w.strategy == QuantStrategy::Tensor)
+      throw unsupported(c.where, "the GPTQ format has no per-tensor strategy; use group or channel");
+    if (!w.symmetric)
+      throw unsupported(c.where, "asymmetric GPTQ checkpoints (v1 zero-minus-one convention) cannot hold a zero point "
+                                 "of 0; use symmetric: true or export compressed-tensors");
+    if (c.scale_dtype_given && w.scale_dtype != DType::F16) throw unsupported(c.where, "the GPTQ format stores f16 scales");
+    const int64_t b = w.bits;
+    if (b != 2 && b != 3 && b != 4 && b != 8)
+      throw unsupported(c.where, "the GPTQ format holds 2, 3, 4 or 8 bits, not " + std::to_string(b));
+    if ((c.cols * b) % 32 != 0 || (c.rows * b) % 32 != 0)
+      throw unsupported(c.where, c.name + " is [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) +
+                                     "]: GPTQ packing needs in*bits and out*bits to be multiples of 32");
+  }
+  bool one_scheme_per_model() const override { return true; }
+  bool every_linear_quantized() const override { return true; }
+  bool holds_kv_scales() const override { return false; }
+
+  void add_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
+                  const ActQuantParams*) const override {
+    add_gptq_linear(w, prefix, q);
+  }
+  void add_kv_scales(SafetensorsWriter&, int64_t, const KvScales&, DType) const override {
+    throw Error(ErrorKind::Internal, "the gptq format holds no KV-cache scales");
+  }
+  void write_config(const ExportConfig& c, nlohmann::ordered_json& config,
+                    const std::filesystem::path& folder) const override {
+    const ExportGroup& g = c.groups.at(0);
+    GptqConfigExtras ex;
+    ex.damp_percent = c.dampening_frac;
+    ex.static_groups = g.actorder == GptqOptions::ActOrder::Weight || g.actorder == GptqOptions::ActOrder::Static;
+    const nlohmann::json qc = gptq_quantize_config(g.weights, g.actorder == GptqOptions::ActOrder::Group, ex);
+    write_file_atomic(folder / "quantize_config.json", qc.dump(2) + "\n");
+    config["quantization_config"] = qc;
+  }
+
+  OpenedConfig open(const std::filesystem::path&, const nlohmann::json& qcfg, const std::string&) const override {
+    return {qcfg, false};
+  }
+  std::optional<ReadLinear> read_linear(const Checkpoint& ck, const std::string& prefix,
+                                        const nlohmann::json& qcfg) const override {
+    if (!ck.contains(prefix + ".qweight")) return std::nullopt;
+    return ReadLinear{read_gptq_linear(ck, prefix, qcfg), std::nullopt, true};
+  }
+  KvScales read_kv_scales(const Checkpoint&, int64_t) const override {
+    throw Error(ErrorKind::Internal, "the gptq format holds no KV-cache scales");
+  }
+  std::string describe(const nlohmann::json& q) const override {
+    const int64_t g = q.value("group_size", int64_t{-1});
+    const int64_t bits = q.value("bits", 4);
+    return "gptq (" + q.value("checkpoint_format", std::string("gptq")) + "): int" + std::to_string(bits) +
+           (q.value("sym", true) ? " sym " : " asym ") + (g > 0 ? "g" + std::to_string(g) : std::string("channel")) +
+           (q.value("desc_act", false) ? ", desc_act" : "");
+  }
+};
+
+}  // namespace
+
+const CheckpointFormat& gptq_checkpoint_format() {
+  static const GptqFormat f;
+  return f;
 }
 
 }  // namespace qf

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "formats/export/checkpoint_format.h"
 #include "formats/export/checked_tensor.h"
 #include "formats/export/pack.h"
 
@@ -190,6 +192,89 @@ ModeloptLinear read_modelopt_linear(const Checkpoint& ck, const std::string& pre
   }
   q.validate(prefix);
   return r;
+}
+
+// ---- the checkpoint format --------------------------------------------------
+
+namespace {
+
+std::string layer_module(int64_t layer) { return "model.layers." + std::to_string(layer); }
+
+class ModeloptFormat final : public CheckpointFormat {
+ public:
+  const char* name() const override { return "modelopt"; }
+
+  void check_linear(const LinearCheck& c) const override {
+    const QuantScheme& w = *c.weights;
+    const ActivationScheme* a = c.act;
+    const bool fp8 = w.is_fp8() && w.strategy == QuantStrategy::Tensor && a && a->type == QuantType::Float &&
+                     a->bits == 8 && a->strategy == QuantStrategy::Tensor && !a->dynamic;
+    const bool nvfp4 = w.is_nvfp4() && (!a || a->is_nvfp4());
+    if (!fp8 && !nvfp4)
+      throw unsupported(c.where, "the modelopt format holds FP8 (per-tensor weights, static per-tensor inputs: preset FP8) "
+                                 "and NVFP4 (NVFP4, NVFP4A16); this group is " + w.describe() +
+                                     (a ? " / " + a->describe() : std::string(" weight-only")));
+  }
+  bool one_scheme_per_model() const override { return true; }
+  bool every_linear_quantized() const override { return false; }
+  bool holds_kv_scales() const override { return true; }
+
+  void add_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
+                  const ActQuantParams* act) const override {
+    add_modelopt_linear(w, prefix, q, act);
+  }
+  void add_kv_scales(SafetensorsWriter& w, int64_t layer, const KvScales& calibrated, DType) const override {
+    add_modelopt_kv_scales(w, layer_module(layer), modelopt_fp8_kv_scales(calibrated));
+  }
+  void write_config(const ExportConfig& c, nlohmann::ordered_json& config,
+                    const std::filesystem::path& folder) const override {
+    const ExportGroup& g = c.groups.at(0);
+    const std::string algo = g.weights.is_fp8() ? "FP8" : g.act ? "NVFP4" : "W4A16_NVFP4";
+    const nlohmann::json hq =
+        modelopt_hf_quant_config(algo, c.kv_cache ? std::optional<std::string>("FP8") : std::nullopt,
+                                 g.weights.is_nvfp4() ? std::optional<int>(16) : std::nullopt, c.ignore);
+    write_file_atomic(folder / "hf_quant_config.json", hq.dump(4) + "\n");
+    config["quantization_config"] = modelopt_config_block(hq);
+  }
+
+  OpenedConfig open(const std::filesystem::path& dir, const nlohmann::json& qcfg,
+                    const std::string& config_file) const override {
+    OpenedConfig o{qcfg, false};
+    // hf_quant_config.json is modelopt's own description; config.json's block mirrors it.
+    if (path_exists(dir / "hf_quant_config.json")) {
+      const std::filesystem::path hq = dir / "hf_quant_config.json";
+      o.qcfg = nlohmann::json::parse(read_text_file(hq), nullptr, false);
+      if (!o.qcfg.is_object()) throw invalid_input(hq.string(), "not a JSON object");
+    }
+    const std::string algo = modelopt_quant_algo(o.qcfg);
+    if (algo != "FP8" && algo != "NVFP4" && algo != "W4A16_NVFP4")
+      throw unsupported(config_file, "modelopt quant_algo '" + algo + "' is not supported by the runtime (FP8, NVFP4, W4A16_NVFP4)");
+    const std::string kv = modelopt_kv_cache_algo(o.qcfg);
+    if (!kv.empty() && kv != "FP8")
+      throw unsupported(config_file, "modelopt kv_cache_quant_algo '" + kv + "' is not supported by the runtime (FP8)");
+    o.kv_scales = kv == "FP8";
+    return o;
+  }
+  std::optional<ReadLinear> read_linear(const Checkpoint& ck, const std::string& prefix,
+                                        const nlohmann::json& qcfg) const override {
+    if (!ck.contains(prefix + ".weight_scale")) return std::nullopt;
+    ModeloptLinear r = read_modelopt_linear(ck, prefix, qcfg);
+    return ReadLinear{std::move(r.q), std::move(r.act), false};
+  }
+  KvScales read_kv_scales(const Checkpoint& ck, int64_t layer) const override {
+    return read_modelopt_kv_scales(ck, layer_module(layer));
+  }
+  std::string describe(const nlohmann::json& q) const override {
+    const nlohmann::json& k = q.contains("kv_cache_scheme") ? q["kv_cache_scheme"] : nlohmann::json();
+    return "modelopt: " + q.value("quant_algo", std::string("?")) + (k.is_object() ? ", kv cache fp8" : "");
+  }
+};
+
+}  // namespace
+
+const CheckpointFormat& modelopt_checkpoint_format() {
+  static const ModeloptFormat f;
+  return f;
 }
 
 }  // namespace qf
