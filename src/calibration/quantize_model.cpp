@@ -69,6 +69,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   namespace fs = std::filesystem;
   const auto t0 = std::chrono::steady_clock::now();
   const Recipe recipe = parse_recipe_file(job.recipe);
+  checkpoint_format(recipe.export_.format, recipe.export_.format_where);  // an unknown name fails before any work
   const ResolvedModel rm = resolve_model(job.model);
   const ModelConfig cfg = load_model_config(rm.dir);
   if (cfg.quantization_config)

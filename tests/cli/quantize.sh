@@ -51,6 +51,9 @@ printf 'quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16
 expect_exit 3 "typo.yaml:5:7" -- "$QF" quantize "$fx" --recipe "$WORK/typo.yaml" -o "$WORK/c" --calib "$calib"
 printf 'quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      ignore: [lm_head]\n' >"$WORK/nocal.yaml"
 expect_exit 2 "needs calibration data" -- "$QF" quantize "$fx" --recipe "$WORK/nocal.yaml" -o "$WORK/d"
+printf 'quant_stage:\n  quant_modifiers:\n    QuantizationModifier: {scheme: W4A16, ignore: [lm_head]}\nexport:\n  format: gtpq\n' >"$WORK/fmt.yaml"
+expect_exit 3 "fmt.yaml:5:11: export.format: unknown format 'gtpq' \\(did you mean 'gptq'\\?\\)" \
+  -- "$QF" quantize "$fx" --recipe "$WORK/fmt.yaml" -o "$WORK/f"
 expect_exit 2 "--max-memory must be a size" -- "$QF" quantize "$fx" --recipe "$rec/w4-rtn.yaml" -o "$WORK/e" --max-memory lots
 
 finish
