@@ -84,7 +84,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
 
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
   const ModifierSpec& mod = *plan.quantizer;
-  const bool gptq = mod.kind == "GPTQModifier";
+  const bool gptq = mod.is_gptq();
   const CheckpointFormat& format = *plan.format;
 
   std::vector<std::vector<int32_t>> samples;
@@ -130,8 +130,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       GptqOptions o;
       o.block_size = mod.block_size;
       o.dampening_frac = mod.dampening_frac;
-      o.actorder = actorder_of(g);
-      o.observer = g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax;
+      o.actorder = g.act_order();
+      o.observer = g.range_observer();
       o.mse = g.mse;
       o.pool = &pool;
       GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, g.weights, o, in.name);
@@ -268,9 +268,9 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     eg.targets = g.targets;
     eg.weights = g.weights;
     eg.act = g.input_activations;
-    eg.actorder = actorder_of(g);
+    eg.actorder = g.act_order();
     eg.by_gptq = gptq;
-    eg.mse_observer = g.observer == "mse";
+    eg.mse_observer = g.range_observer() == RangeObserver::Mse;
     eg.observer_kwargs = g.observer_kwargs;
     ec.groups.push_back(eg);
   }

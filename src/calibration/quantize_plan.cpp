@@ -44,7 +44,7 @@ void check_linear(const ModifierSpec& mod, const ModifierSpec::Group& g, const s
   c.cols = cols;
   c.weights = &w;
   c.act = a;
-  c.actorder = actorder_of(g);
+  c.actorder = g.act_order();
   c.scale_dtype_given = g.scale_dtype_set;
   c.where = g.where;
   format.check_linear(c);
@@ -91,13 +91,6 @@ class TrialLinear final : public rt::Linear {
 
 }  // namespace
 
-GptqOptions::ActOrder actorder_of(const ModifierSpec::Group& g) {
-  if (g.actorder == "group") return GptqOptions::ActOrder::Group;
-  if (g.actorder == "weight") return GptqOptions::ActOrder::Weight;
-  if (g.actorder == "static") return GptqOptions::ActOrder::Static;
-  return GptqOptions::ActOrder::None;
-}
-
 DType plan_scale_dtype(const ModelConfig& c) {
   if (c.torch_dtype == "bfloat16") return DType::BF16;
   if (c.torch_dtype == "float32") return DType::F32;
@@ -108,7 +101,7 @@ QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, con
                                  float nvfp4_global_amax) {
   if (g.weights.is_fp8()) return quantize_fp8(w, rows, cols, g.weights);
   if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights, nvfp4_global_amax);
-  return quantize_rtn(w, rows, cols, g.weights, g.observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax, g.mse);
+  return quantize_rtn(w, rows, cols, g.weights, g.range_observer(), g.mse);
 }
 
 std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,
@@ -126,13 +119,13 @@ std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const st
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   QuantizePlan plan;
   for (const ModifierSpec& m : recipe.modifiers) {
-    if (m.kind == "SmoothQuantModifier") {
+    if (m.is_smoothquant()) {
       if (plan.smoothquant || plan.awq || plan.quantizer)
         throw unsupported(m.where, "SmoothQuantModifier must come first, once, before AWQModifier and the quantizer");
       if (!m.ignore.empty())
         throw unsupported(m.where, "SmoothQuantModifier.ignore is not supported (every layer's q/k/v and gate/up are smoothed)");
       plan.smoothquant = &m;
-    } else if (m.kind == "AWQModifier") {
+    } else if (m.is_awq()) {
       if (plan.awq || plan.quantizer)
         throw unsupported(m.where, "AWQModifier must come once, before the quantizer (GPTQModifier or QuantizationModifier)");
       plan.awq = &m;
@@ -147,7 +140,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     throw invalid_input(recipe.source, "the recipe quantizes nothing: add a GPTQModifier or QuantizationModifier (or give "
                                        "AWQModifier a scheme)");
   const ModifierSpec& mod = *plan.quantizer;
-  const bool gptq = mod.kind == "GPTQModifier";
+  const bool gptq = mod.is_gptq();
   plan.format = &checkpoint_format(recipe.export_.format, recipe.export_.format_where);
   const CheckpointFormat& format = *plan.format;
   const ModelConfig& cfg = model.config();

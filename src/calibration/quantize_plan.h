@@ -48,9 +48,6 @@ struct QuantizePlan {
 // a set too (its fuse_weight_observers asserts every member is TENSOR_GROUP).
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
 
-// The recipe's act-order of a GPTQ group ("group", "weight", "static"; else none).
-GptqOptions::ActOrder actorder_of(const ModifierSpec::Group& g);
-
 // The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
 DType plan_scale_dtype(const ModelConfig& c);
 

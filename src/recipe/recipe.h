@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "quantizers/act_quant.h"
+#include "quantizers/gptq.h"
 #include "quantizers/quant_scheme.h"
 #include "quantizers/rtn.h"
 
@@ -80,6 +81,14 @@ struct ModifierSpec {
     // The scheme's `format` (empty: not given) and its position: it must name
     // the compressed-tensors format the scheme is written in (the plan checks).
     std::string format, format_where;
+
+    // The typed forms the pipeline uses (no recipe string is compared outside src/recipe).
+    GptqOptions::ActOrder act_order() const {
+      return actorder == "group" ? GptqOptions::ActOrder::Group
+             : actorder == "weight" ? GptqOptions::ActOrder::Weight
+                                    : GptqOptions::ActOrder::None;
+    }
+    RangeObserver range_observer() const { return observer == "mse" ? RangeObserver::Mse : RangeObserver::MinMax; }
   };
   std::vector<Group> groups;
 
@@ -112,6 +121,9 @@ struct ModifierSpec {
   bool search_smoothing_strength = false;
   std::vector<double> smoothing_strength_grid = {0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9};
 
+  bool is_gptq() const { return kind == "GPTQModifier"; }
+  bool is_awq() const { return kind == "AWQModifier"; }
+  bool is_smoothquant() const { return kind == "SmoothQuantModifier"; }
   bool is_transform() const { return kind == "AWQModifier" || kind == "SmoothQuantModifier"; }
 };
 

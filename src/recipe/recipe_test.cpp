@@ -204,6 +204,9 @@ TEST(Recipe, ParsesLlmCompressorRecipes) {
     ASSERT_EQ(m.groups.size(), 1u);
     expect_scheme(m.groups[0], 8, true, QuantStrategy::Group, 128);
     EXPECT_EQ(m.groups[0].actorder, "weight");  // "static" is an alias of "weight"
+    EXPECT_EQ(m.groups[0].act_order(), GptqOptions::ActOrder::Weight);
+    EXPECT_TRUE(m.is_gptq());
+    EXPECT_FALSE(m.is_awq() || m.is_smoothquant() || m.is_transform());
   }
   {
     const Recipe r = parse_recipe_text(kLlmcLegacyGroup, "legacy.yaml");
@@ -275,6 +278,9 @@ TEST(Recipe, QuantizationArgsDefaultsAndInference) {
   expect_scheme(group("{num_bits: 2, strategy: GROUP, group_size: 64}"), 2, true, QuantStrategy::Group, 64);
   const auto g = group("{num_bits: 4, strategy: channel, observer: memoryless_mse, scale_dtype: torch.bfloat16}");
   EXPECT_EQ(g.observer, "mse");
+  EXPECT_EQ(g.range_observer(), RangeObserver::Mse);
+  EXPECT_EQ(group("{}").range_observer(), RangeObserver::MinMax);
+  EXPECT_EQ(group("{num_bits: 4, group_size: 32, actorder: true}").act_order(), GptqOptions::ActOrder::Group);
   EXPECT_TRUE(g.scale_dtype_set);
   EXPECT_EQ(g.weights.scale_dtype, DType::BF16);
   // A group without weights quantizes nothing.
