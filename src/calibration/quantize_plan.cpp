@@ -4,8 +4,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "formats/export/checkpoint_format.h"
-#include "formats/export/compressed_tensors.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/compressed_tensors.h"
 #include "quantizers/act_quant.h"
 #include "quantizers/float_quant.h"
 #include "quantizers/rtn.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/export/checkpoint_format.h"
+#include "checkpoint/checkpoint_format.h"
 #include "quantizers/gptq.h"
 #include "quantizers/quant_scheme.h"
 #include "recipe/recipe.h"

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
-#include "formats/export/checkpoint_format.h"
+#include "checkpoint/checkpoint_format.h"
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"

@@ -1121,7 +1121,7 @@ void Parser::parse_export(const Entry& e, ExportSpec& x) {
   if (a.has("format")) {
     const YAML::Node f = a.get("format");
     // The name is looked up in the checkpoint-format registry by the quantize
-    // plan (formats/export/checkpoint_format.h), with this position.
+    // plan (checkpoint/checkpoint_format.h), with this position.
     x.format = as_string(f, "export.format");
     x.format_where = pos(mark(f));
   }

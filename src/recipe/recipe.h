@@ -136,7 +136,7 @@ struct CalibrationSpec {
 };
 
 struct ExportSpec {
-  std::string format;        // a checkpoint format's name (formats/export/checkpoint_format.h); empty: the default
+  std::string format;        // a checkpoint format's name (checkpoint/checkpoint_format.h); empty: the default
   std::string format_where;  // "FILE:LINE:COL" of the value, for messages
   uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
 };

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "formats/export/pack.h"
+#include "checkpoint/pack.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 

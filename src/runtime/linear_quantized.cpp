@@ -20,7 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "formats/export/pack.h"
+#include "checkpoint/pack.h"
 #include "runtime/cpu/int8_gemm.h"
 #include "runtime/linear.h"
 

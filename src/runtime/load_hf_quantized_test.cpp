@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "core/io.h"
-#include "formats/export/awq_format.h"
-#include "formats/export/compressed_tensors.h"
-#include "formats/export/modelopt_format.h"
+#include "checkpoint/awq_format.h"
+#include "checkpoint/compressed_tensors.h"
+#include "checkpoint/modelopt_format.h"
 #include "formats/safetensors.h"
 #include "quantizers/rtn.h"
 #include "runtime/model.h"

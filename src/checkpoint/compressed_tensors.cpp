@@ -1,14 +1,14 @@
-#include "formats/export/compressed_tensors.h"
+#include "checkpoint/compressed_tensors.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
-#include "formats/export/checkpoint_format.h"
+#include "checkpoint/checkpoint_format.h"
 #include "recipe/recipe.h"
-#include "formats/export/checked_tensor.h"
-#include "formats/export/pack.h"
+#include "checkpoint/checked_tensor.h"
+#include "checkpoint/pack.h"
 
 namespace qf {
 namespace {

@@ -1,11 +1,11 @@
-#include "formats/export/awq_format.h"
+#include "checkpoint/awq_format.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
-#include "formats/export/checkpoint_format.h"
-#include "formats/export/checked_tensor.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checked_tensor.h"
 
 namespace qf {
 namespace {

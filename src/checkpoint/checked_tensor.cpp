@@ -1,4 +1,4 @@
-#include "formats/export/checked_tensor.h"
+#include "checkpoint/checked_tensor.h"
 
 #include "core/error.h"
 

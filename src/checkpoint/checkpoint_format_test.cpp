@@ -1,4 +1,4 @@
-#include "formats/export/checkpoint_format.h"
+#include "checkpoint/checkpoint_format.h"
 
 #include <random>
 

@@ -1,10 +1,10 @@
-#include "formats/export/gptq_format.h"
+#include "checkpoint/gptq_format.h"
 
 #include <random>
 
 #include <gtest/gtest.h>
 
-#include "formats/export/pack.h"
+#include "checkpoint/pack.h"
 #include "quantized_tensor_util.h"
 #include "test_util.h"
 

@@ -1,12 +1,12 @@
-#include "formats/export/gptq_format.h"
+#include "checkpoint/gptq_format.h"
 
 #include <cstring>
 
 #include "core/error.h"
 #include "core/io.h"
-#include "formats/export/checkpoint_format.h"
-#include "formats/export/checked_tensor.h"
-#include "formats/export/pack.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checked_tensor.h"
+#include "checkpoint/pack.h"
 
 namespace qf {
 namespace {

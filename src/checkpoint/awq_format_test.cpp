@@ -1,4 +1,4 @@
-#include "formats/export/awq_format.h"
+#include "checkpoint/awq_format.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "formats/export/manifest.h"
+#include "checkpoint/manifest.h"
 
 #include <algorithm>
 #include <map>

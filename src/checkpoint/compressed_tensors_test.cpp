@@ -1,12 +1,12 @@
-#include "formats/export/compressed_tensors.h"
+#include "checkpoint/compressed_tensors.h"
 
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "core/sha256.h"
-#include "formats/export/manifest.h"
-#include "formats/export/pack.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/pack.h"
 #include "quantized_tensor_util.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 // nvfp4-pack-quantized: round trips, byte layouts, configs, corrupt inputs.
 #include <gtest/gtest.h>
 
-#include "formats/export/compressed_tensors.h"
+#include "checkpoint/compressed_tensors.h"
 #include "quantized_tensor_util.h"
 #include "test_util.h"
 

@@ -14,7 +14,7 @@
 // trailing dot), as PackedQuantizationCompressor writes them
 // (compressors/pack_quantized/base.py and helpers.py):
 //   <prefix>.weight_packed      I32 [out, ceil(in*bits/32)]   codes packed along the
-//                               input dim, dense LSB-first (formats/export/pack.h).
+//                               input dim, dense LSB-first (checkpoint/pack.h).
 //                               compressed-tensors quantizes to signed int8
 //                               s in [-2^(b-1), 2^(b-1)-1] and packs s + 2^(b-1),
 //                               which is exactly our unsigned code q.

@@ -1,4 +1,4 @@
-#include "formats/export/modelopt_format.h"
+#include "checkpoint/modelopt_format.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "formats/export/pack.h"
+#include "checkpoint/pack.h"
 
 #include <string>
 

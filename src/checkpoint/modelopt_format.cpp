@@ -1,13 +1,13 @@
-#include "formats/export/modelopt_format.h"
+#include "checkpoint/modelopt_format.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/io.h"
-#include "formats/export/checkpoint_format.h"
-#include "formats/export/checked_tensor.h"
-#include "formats/export/pack.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checked_tensor.h"
+#include "checkpoint/pack.h"
 
 namespace qf {
 namespace {
