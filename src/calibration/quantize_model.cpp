@@ -83,8 +83,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
-  const ModifierSpec& mod = *plan.quantizer;
-  const bool gptq = mod.is_gptq();
+  const bool gptq = plan.quantizer == QuantMethod::Gptq;
   const CheckpointFormat& format = *plan.format;
 
   std::vector<std::vector<int32_t>> samples;
@@ -122,27 +121,25 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   const QuantizeFn quantize = [&](const LinearToQuantize& in) -> std::optional<QuantizedLinearResult> {
     auto it = plan.linears.find(in.name);
     if (it == plan.linears.end()) return std::nullopt;
-    const ModifierSpec::Group& g = it->second.group;
+    const PlannedLinear& p = it->second;
     if (!job.allow_nonfinite) check_finite_statistics(in);
     QuantizedLinearResult out;
     out.name = in.name;
     if (gptq) {
-      GptqOptions o;
-      o.block_size = mod.block_size;
-      o.dampening_frac = mod.dampening_frac;
-      o.actorder = g.act_order();
-      o.observer = g.range_observer();
-      o.mse = g.mse;
+      GptqOptions o = plan.gptq;
+      o.actorder = p.actorder;
+      o.observer = p.observer;
+      o.mse = p.mse;
       o.pool = &pool;
-      GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, g.weights, o, in.name);
+      GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, p.weights, o, in.name);
       out.q = std::move(r.q);
       out.note = r.fallback;
     } else {
       // NVFP4: one global scale for the whole fused set (q/k/v, gate/up).
-      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, g, in.fused_weight_amax);
+      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax);
     }
-    if (g.input_activations) {
-      out.act = calibrate_activation(*g.input_activations, in.act_min, in.act_max, in.name);
+    if (p.act) {
+      out.act = calibrate_activation(*p.act, in.act_min, in.act_max, in.name);
       // Static input scales are stored in the model dtype (compressed-tensors'
       // input_scale); the runtime and every exporter use the rounded value.
       if (out.act->scale > 0) out.act->scale = round_scale(out.act->scale, plan_scale_dtype(cfg));
@@ -160,16 +157,13 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   so.observe_ranges = plan.needs_activation_ranges;
   so.fused_weight_amax = plan.fused_nvfp4;
   std::vector<std::pair<float, float>> kv_amax;
-  if (mod.kv_cache_scheme) so.kv_amax = &kv_amax;
+  if (plan.kv_cache) so.kv_amax = &kv_amax;
   if (plan.smoothquant || plan.awq) {
     so.transform = [&](int64_t li, const std::vector<std::vector<int32_t>>& s,
                        const std::function<std::vector<float>(size_t)>& input) {
       LayerCalib lc{&s, input};
       if (plan.smoothquant) {
-        SmoothQuantOptions o;
-        o.alpha = plan.smoothquant->smoothing_strength;
-        o.search = plan.smoothquant->search_smoothing_strength;
-        o.alpha_grid = plan.smoothquant->smoothing_strength_grid;
+        const SmoothQuantOptions& o = *plan.smoothquant;
         const TrialLinearFn trial = [&](const std::string& name, const float* w, int64_t rows, int64_t cols,
                                         const std::vector<float>& bias) -> std::shared_ptr<rt::Linear> {
           return plan_trial_linear(plan, name, w, rows, cols, bias);
@@ -177,11 +171,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
         for (const auto& line : smoothquant_layer(*model, li, lc, o, trial, pool).lines) log(line);
       }
       if (plan.awq) {
-        AwqOptions o;
-        o.n_grid = static_cast<int>(plan.awq->n_grid);
-        o.duo_scaling = plan.awq->duo_scaling;
-        o.apply_clip = plan.awq->apply_clip;
-        o.group_size = plan.awq_group_size;
+        const AwqOptions& o = *plan.awq;
         const FakeQuantFn fq = [&](const std::string& name, const float* w, int64_t rows, int64_t cols) {
           auto it = plan.awq_linears.find(name);
           if (it == plan.awq_linears.end()) return std::vector<float>();
@@ -257,26 +247,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   writer.finish();
 
   nlohmann::ordered_json config = cfg.raw;
-  // The groups actually used, in the recipe's order, each once.
-  ExportConfig ec;
-  for (const auto& mg : mod.groups) {
-    const auto p = std::find_if(plan.linears.begin(), plan.linears.end(),
-                                [&](const auto& e) { return e.second.group.name == mg.name; });
-    if (p == plan.linears.end()) continue;
-    const ModifierSpec::Group& g = p->second.group;
-    ExportGroup eg;
-    eg.targets = g.targets;
-    eg.weights = g.weights;
-    eg.act = g.input_activations;
-    eg.actorder = g.act_order();
-    eg.by_gptq = gptq;
-    eg.mse_observer = g.range_observer() == RangeObserver::Mse;
-    eg.observer_kwargs = g.observer_kwargs;
-    ec.groups.push_back(eg);
-  }
+  ExportConfig ec = plan.export_config;
   ec.ignore = ignore;
-  ec.kv_cache = mod.kv_cache_scheme;
-  ec.dampening_frac = mod.dampening_frac;
   format.write_config(ec, config, stage.path());
   write_file_atomic(stage.path() / "config.json", config.dump(2) + "\n");
   for (const char* f : kCopiedFiles)

@@ -97,11 +97,11 @@ DType plan_scale_dtype(const ModelConfig& c) {
   return DType::F16;
 }
 
-QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g,
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const PlannedLinear& p,
                                  float nvfp4_global_amax) {
-  if (g.weights.is_fp8()) return quantize_fp8(w, rows, cols, g.weights);
-  if (g.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, g.weights, nvfp4_global_amax);
-  return quantize_rtn(w, rows, cols, g.weights, g.range_observer(), g.mse);
+  if (p.weights.is_fp8()) return quantize_fp8(w, rows, cols, p.weights);
+  if (p.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, p.weights, nvfp4_global_amax);
+  return quantize_rtn(w, rows, cols, p.weights, p.observer, p.mse);
 }
 
 std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,
@@ -112,41 +112,68 @@ std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const st
     return rt::make_dense_linear(Tensor::from_f32(std::vector<float>(w, w + rows * cols), {rows, cols}),
                                  bt ? &*bt : nullptr, name);
   }
-  const ModifierSpec::Group& g = it->second.group;
-  return std::make_shared<TrialLinear>(round_to_nearest(w, rows, cols, g), g.input_activations, bias, name);
+  const PlannedLinear& p = it->second;
+  return std::make_shared<TrialLinear>(round_to_nearest(w, rows, cols, p), p.act, bias, name);
+}
+
+// A resolved recipe group as the pipeline uses it.
+PlannedLinear planned(const ModifierSpec::Group& g) {
+  PlannedLinear p;
+  p.weights = g.weights;
+  p.act = g.input_activations;
+  p.observer = g.range_observer();
+  p.mse = g.mse;
+  p.actorder = g.act_order();
+  p.where = g.where;
+  return p;
 }
 
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   QuantizePlan plan;
+  const ModifierSpec *quantizer = nullptr, *smoothquant = nullptr, *awq = nullptr;
   for (const ModifierSpec& m : recipe.modifiers) {
     if (m.is_smoothquant()) {
-      if (plan.smoothquant || plan.awq || plan.quantizer)
+      if (smoothquant || awq || quantizer)
         throw unsupported(m.where, "SmoothQuantModifier must come first, once, before AWQModifier and the quantizer");
       if (!m.ignore.empty())
         throw unsupported(m.where, "SmoothQuantModifier.ignore is not supported (every layer's q/k/v and gate/up are smoothed)");
-      plan.smoothquant = &m;
+      smoothquant = &m;
     } else if (m.is_awq()) {
-      if (plan.awq || plan.quantizer)
+      if (awq || quantizer)
         throw unsupported(m.where, "AWQModifier must come once, before the quantizer (GPTQModifier or QuantizationModifier)");
-      plan.awq = &m;
+      awq = &m;
     } else {
-      if (plan.quantizer && plan.quantizer != plan.awq)
+      if (quantizer && quantizer != awq)
         throw unsupported(m.where, "one quantization modifier per recipe (GPTQModifier or QuantizationModifier); found a second");
-      plan.quantizer = &m;
+      quantizer = &m;
     }
   }
-  if (!plan.quantizer && plan.awq && !plan.awq->groups.empty()) plan.quantizer = plan.awq;  // AWQ then RTN in its scheme
-  if (!plan.quantizer)
+  if (!quantizer && awq && !awq->groups.empty()) quantizer = awq;  // AWQ then RTN in its scheme
+  if (!quantizer)
     throw invalid_input(recipe.source, "the recipe quantizes nothing: add a GPTQModifier or QuantizationModifier (or give "
                                        "AWQModifier a scheme)");
-  const ModifierSpec& mod = *plan.quantizer;
+  const ModifierSpec& mod = *quantizer;
   const bool gptq = mod.is_gptq();
+  plan.quantizer = gptq ? QuantMethod::Gptq : QuantMethod::Rtn;
+  plan.gptq.block_size = mod.block_size;
+  plan.gptq.dampening_frac = mod.dampening_frac;
+  plan.kv_cache = mod.kv_cache_scheme;
+  if (smoothquant) {
+    SmoothQuantOptions o;
+    o.alpha = smoothquant->smoothing_strength;
+    o.search = smoothquant->search_smoothing_strength;
+    o.alpha_grid = smoothquant->smoothing_strength_grid;
+    plan.smoothquant = o;
+  }
+  int64_t awq_group_size = 128;
   plan.format = &checkpoint_format(recipe.export_.format, recipe.export_.format_where);
   const CheckpointFormat& format = *plan.format;
   const ModelConfig& cfg = model.config();
   const DType sdt = plan_scale_dtype(cfg);
 
   std::set<std::string> group_names;
+  std::map<std::string, std::string> group_of;              // Linear -> its recipe group
+  std::map<std::string, ModifierSpec::Group> used_group;    // recipe groups that claim a Linear, resolved
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(li)];
     for (const rt::LayerLinear& e : rt::kLayerLinears) {
@@ -160,17 +187,19 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
           g->input_activations->validate(g->where);
           if (g->input_activations->needs_calibration()) plan.needs_activation_ranges = true;
         }
-        plan.linears[name] = {*g};
+        plan.linears[name] = planned(*g);
+        group_of[name] = g->name;
+        if (!used_group.count(g->name)) used_group[g->name] = *g;
         group_names.insert(g->name);
       }
       // The scheme AWQ's search assumes: its own (legacy recipes), else the quantizer's.
-      if (plan.awq) {
-        std::optional<ModifierSpec::Group> ag = plan.awq->groups.empty() ? g : scheme_for(*plan.awq, name);
+      if (awq) {
+        std::optional<ModifierSpec::Group> ag = awq->groups.empty() ? g : scheme_for(*awq, name);
         if (ag && ag->quantize_weights) {
           if (!ag->scale_dtype_set) ag->weights.scale_dtype = sdt;
-          check_divisible(plan.awq->groups.empty() ? mod : *plan.awq, *ag, ag->weights, name, cols);
-          plan.awq_group_size = ag->weights.grouped() ? ag->weights.group_size : -1;
-          plan.awq_linears[name] = *ag;
+          check_divisible(awq->groups.empty() ? mod : *awq, *ag, ag->weights, name, cols);
+          awq_group_size = ag->weights.grouped() ? ag->weights.group_size : -1;
+          plan.awq_linears[name] = planned(*ag);
         }
       }
     }
@@ -183,12 +212,12 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     for (const std::vector<std::string>& set : {std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
                                                 std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
       std::vector<std::string> fp4, other;
-      const ModifierSpec::Group* first = nullptr;
+      const PlannedLinear* first = nullptr;
       for (const std::string& m : set) {
         auto it = plan.linears.find(p + m);
-        const bool is_fp4 = it != plan.linears.end() && it->second.group.weights.is_nvfp4();
+        const bool is_fp4 = it != plan.linears.end() && it->second.weights.is_nvfp4();
         (is_fp4 ? fp4 : other).push_back(m.substr(m.find('.') + 1));
-        if (is_fp4 && !first) first = &it->second.group;
+        if (is_fp4 && !first) first = &it->second;
       }
       if (fp4.empty()) continue;
       if (!other.empty()) {
@@ -217,18 +246,47 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   if (mod.kv_cache_scheme && !format.holds_kv_scales())
     throw unsupported(mod.where, "the " + fname + " format has no KV-cache scales; export compressed-tensors or modelopt");
 
+  if (awq) {
+    AwqOptions o;
+    o.n_grid = static_cast<int>(awq->n_grid);
+    o.duo_scaling = awq->duo_scaling;
+    o.apply_clip = awq->apply_clip;
+    o.group_size = awq_group_size;
+    plan.awq = o;
+  }
+  // The export config's groups: those that claim a Linear, in the recipe's order.
+  std::map<std::string, size_t> export_index;
+  for (const ModifierSpec::Group& mg : mod.groups) {
+    const auto u = used_group.find(mg.name);
+    if (u == used_group.end() || export_index.count(mg.name)) continue;
+    const ModifierSpec::Group& g = u->second;
+    ExportGroup eg;
+    eg.targets = g.targets;
+    eg.weights = g.weights;
+    eg.act = g.input_activations;
+    eg.actorder = g.act_order();
+    eg.by_gptq = gptq;
+    eg.mse_observer = g.range_observer() == RangeObserver::Mse;
+    eg.observer_kwargs = g.observer_kwargs;
+    export_index[mg.name] = plan.export_config.groups.size();
+    plan.export_config.groups.push_back(eg);
+  }
+  for (auto& [name, p] : plan.linears) p.export_group = export_index.at(group_of.at(name));
+  plan.export_config.kv_cache = mod.kv_cache_scheme;
+  plan.export_config.dampening_frac = mod.dampening_frac;
+
   std::vector<std::string> reasons;
   if (gptq) reasons.push_back("GPTQ");
-  if (plan.smoothquant) reasons.push_back("SmoothQuant");
-  if (plan.awq) reasons.push_back("AWQ");
+  if (smoothquant) reasons.push_back("SmoothQuant");
+  if (awq) reasons.push_back("AWQ");
   if (plan.needs_activation_ranges) reasons.push_back("static activation scales");
   if (mod.kv_cache_scheme) reasons.push_back("the KV-cache scheme");
   for (const ModifierSpec& m : recipe.modifiers)
     if (m.requires_calibration_data && reasons.empty()) reasons.push_back(m.kind + ".requires_calibration_data");
   plan.needs_calibration = !reasons.empty();
   for (size_t i = 0; i < reasons.size(); ++i) plan.calibration_reason += (i ? i + 1 == reasons.size() ? " and " : ", " : "") + reasons[i];
-  if (plan.smoothquant) plan.method += "smoothquant+";
-  if (plan.awq) plan.method += "awq+";
+  if (smoothquant) plan.method += "smoothquant+";
+  if (awq) plan.method += "awq+";
   plan.method += gptq ? "gptq" : "rtn";
   return plan;
 }

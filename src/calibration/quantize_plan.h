@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "calibration/smoothing.h"
 #include "checkpoint/checkpoint_format.h"
 #include "quantizers/gptq.h"
+#include "quantizers/rtn.h"
 #include "quantizers/quant_scheme.h"
 #include "recipe/recipe.h"
 #include "runtime/linear.h"
@@ -19,18 +22,29 @@
 
 namespace qf {
 
+// How one Linear is quantized, resolved from its recipe group.
 struct PlannedLinear {
-  ModifierSpec::Group group;  // weights scheme (scale dtype resolved) and input activations
+  QuantScheme weights;                       // scale dtype resolved (the model's unless the recipe names one)
+  std::optional<ActivationScheme> act;       // input quantizer; empty: weight-only
+  RangeObserver observer = RangeObserver::MinMax;  // integer ranges (RTN, and GPTQ's per-group scales)
+  MseOptions mse;                            // the mse observer's settings
+  GptqOptions::ActOrder actorder = GptqOptions::ActOrder::None;  // GPTQ only
+  size_t export_group = 0;                   // index into QuantizePlan::export_config.groups
+  std::string where;                         // "FILE:LINE:COL" of its recipe group, for messages
 };
+
+enum class QuantMethod { Rtn, Gptq };
 
 struct QuantizePlan {
   const CheckpointFormat* format = nullptr;   // the recipe's export.format
-  const ModifierSpec* quantizer = nullptr;    // GPTQModifier, QuantizationModifier, or an AWQModifier with a scheme
-  const ModifierSpec* smoothquant = nullptr;  // SmoothQuantModifier, when the recipe has one
-  const ModifierSpec* awq = nullptr;          // AWQModifier, when the recipe has one
+  QuantMethod quantizer = QuantMethod::Rtn;   // GPTQModifier: GPTQ; QuantizationModifier (or AWQ's own scheme): RTN
+  GptqOptions gptq;                           // block size and dampening (act-order and observer are per Linear)
+  std::optional<SmoothQuantOptions> smoothquant;  // SmoothQuantModifier, run first
+  std::optional<AwqOptions> awq;              // AWQModifier, run before the quantizer (group size resolved)
   std::map<std::string, PlannedLinear> linears;             // Linears to quantize, by module name
-  std::map<std::string, ModifierSpec::Group> awq_linears;   // the scheme AWQ's search assumes for each
-  int64_t awq_group_size = 128;               // -1: per channel
+  std::map<std::string, PlannedLinear> awq_linears;         // the scheme AWQ's search assumes for each
+  std::optional<ActivationScheme> kv_cache;   // FP8 KV-cache scales are calibrated and stored
+  ExportConfig export_config;                 // what the format's config describes (groups in recipe order, kv, dampening)
   bool needs_calibration = false;             // GPTQ, transforms, static activations, NVFP4 inputs, KV scales
   bool needs_activation_ranges = false;       // static activation scales or NVFP4 input global scales
   std::string calibration_reason;             // what needs it, for the error when none is given
@@ -51,11 +65,11 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
 // The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
 DType plan_scale_dtype(const ModelConfig& c);
 
-// Round-to-nearest in the group's scheme: integer (minmax or mse observer),
+// Round-to-nearest in the planned scheme: integer (minmax or mse observer),
 // FP8 or NVFP4. nvfp4_global_amax >= 0: the amax NVFP4's global scale is
 // computed from (the fused set's, see LinearToQuantize::fused_weight_amax);
 // < 0: the weight's own. Ignored by the other schemes.
-QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const ModifierSpec::Group& g,
+QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const PlannedLinear& p,
                                  float nvfp4_global_amax = -1);
 
 // The Linear SmoothQuant's strength search evaluates: the planned scheme by

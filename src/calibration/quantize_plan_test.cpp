@@ -37,7 +37,28 @@ TEST(QuantizePlan, ModifierOrderCalibrationAndFormats) {
     EXPECT_EQ(p.method, "smoothquant+awq+rtn");
     EXPECT_TRUE(p.needs_calibration);
     EXPECT_FALSE(p.needs_activation_ranges);  // per-token dynamic inputs
-    EXPECT_EQ(p.awq_group_size, -1);          // the quantizer's per-channel scheme
+    ASSERT_TRUE(p.awq.has_value());
+    EXPECT_EQ(p.awq->group_size, -1);         // the quantizer's per-channel scheme
+    EXPECT_TRUE(p.smoothquant.has_value());
+    EXPECT_EQ(p.quantizer, QuantMethod::Rtn);
+  }
+  {
+    // The typed plan: GPTQ's options, each Linear's resolved scheme, the export groups.
+    const QuantizePlan p = plan("q_stage:\n  q_modifiers:\n    GPTQModifier: {targets: [Linear], ignore: [lm_head], "
+                                "scheme: W4A16, dampening_frac: 0.05, block_size: 64, actorder: group}\n");
+    EXPECT_EQ(p.quantizer, QuantMethod::Gptq);
+    EXPECT_DOUBLE_EQ(p.gptq.dampening_frac, 0.05);
+    EXPECT_EQ(p.gptq.block_size, 64);
+    EXPECT_FALSE(p.smoothquant || p.awq || p.kv_cache);
+    ASSERT_EQ(p.export_config.groups.size(), 1u);
+    EXPECT_TRUE(p.export_config.groups[0].by_gptq);
+    EXPECT_EQ(p.export_config.groups[0].actorder, GptqOptions::ActOrder::Group);
+    const PlannedLinear& down = p.linears.at("model.layers.3.mlp.down_proj");
+    EXPECT_EQ(down.actorder, GptqOptions::ActOrder::Group);
+    EXPECT_EQ(down.weights.describe(), "int4 sym g128");
+    EXPECT_EQ(down.weights.scale_dtype, DType::F16);  // the fixture's dtype
+    EXPECT_FALSE(down.act.has_value());
+    EXPECT_EQ(down.export_group, 0u);
   }
   EXPECT_FALSE(plan("q_stage:\n  q_modifiers:\n" + quant + "FP8_DYNAMIC}\n").needs_calibration);
   EXPECT_TRUE(plan("q_stage:\n  q_modifiers:\n" + quant + "FP8}\n").needs_activation_ranges);
