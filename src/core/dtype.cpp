@@ -50,52 +50,6 @@ const DTypeInfo& info(DType t) {
   return kInfo[i];
 }
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-constexpr uint32_t kF32Inf = 0x7f800000u;
-constexpr uint32_t kF32QuietNan = 0x7fc00000u;
-
-// x / 2^s rounded to nearest, ties to even; 1 <= s <= 31.
-uint32_t shift_rne(uint32_t x, int s) {
-  const uint32_t q = x >> s, rem = x & ((1u << s) - 1), half = 1u << (s - 1);
-  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-}
-
-// Rounds a finite f32 magnitude (bit pattern, sign clear) to a binary format with
-// `man` mantissa bits and exponent bias `bias`, returning its magnitude code.
-// In the normal range the f32 bit pattern is the target code shifted left, so
-// rebiasing and one RNE shift do it, and a mantissa carry bumps the exponent
-// exactly as it should. The result may lie past the format's largest finite
-// code; callers apply their overflow rule (saturate or inf) to it.
-uint32_t round_magnitude(uint32_t a, int man, int bias) {
-  const int ef = static_cast<int>(a >> 23);
-  if (ef >= 128 - bias) return shift_rne(a - (static_cast<uint32_t>(127 - bias) << 23), 23 - man);
-  // Subnormal in the target: count steps of 2^(1 - bias - man).
-  const uint32_t sig = (a & 0x7fffffu) | (ef ? 0x800000u : 0u);
-  const int s = 151 - bias - man - std::max(ef, 1);
-  return s > 25 ? 0u : shift_rne(sig, s);  // sig < 2^24, so s > 24 is below half a step
-}
-
-// f32 bits of a finite magnitude code. Only for formats whose subnormals are
-// f32 normals (f16 and the 8/4-bit floats; not bf16).
-uint32_t expand_magnitude(uint32_t mag, int man, int bias) {
-  const uint32_t e = mag >> man, m = mag & ((1u << man) - 1);
-  if (e != 0) return ((e + 127 - bias) << 23) | (m << (23 - man));
-  if (m == 0) return 0;
-  const int p = static_cast<int>(std::bit_width(m)) - 1;  // leading one becomes the implicit bit
-  return (static_cast<uint32_t>(p + 128 - bias - man) << 23) | ((m ^ (1u << p)) << (23 - p));
-}
-
 // Round half to even, then saturate; NaN -> 0. Explicit rather than nearbyint()
 // so a caller's fesetround() cannot change the answer.
 template <typename T>
@@ -227,75 +181,6 @@ std::optional<DType> dtype_from_safetensors(std::string_view s) {
   }
   return std::nullopt;
 }
-
-// ---- f16 ----------------------------------------------------------------------
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, mag = h & 0x7fffu;
-  if (mag >= 0x7c00u) {  // NaNs come back quiet, payload kept
-    return float_of(sign | (mag == 0x7c00u ? kF32Inf : kF32QuietNan | ((mag & 0x3ffu) << 13)));
-  }
-  return float_of(sign | expand_magnitude(mag, 10, 15));
-}
-
-uint16_t f32_to_f16(float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  if (a > kF32Inf) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  return static_cast<uint16_t>(sign | std::min(round_magnitude(a, 10, 15), 0x7c00u));
-}
-
-// ---- bf16 ---------------------------------------------------------------------
-
-float bf16_to_f32(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  // Set the quiet bit rather than rounding: a payload only in the low 16 bits
-  // would otherwise truncate to inf, and a carry could flip the sign.
-  if (a > kF32Inf) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>(((u >> 16) & 0x8000u) | std::min(round_magnitude(a, 7, 127), 0x7f80u));
-}
-
-// ---- 8-bit floats --------------------------------------------------------------
-
-// Sign, NaN and overflow handling shared by the narrow float encoders: the
-// rounded magnitude is clamped to `max_code` (the largest finite code for the
-// saturating formats, the infinity code for e5m2) and NaN becomes `nan_code`,
-// each with the sign moved to bit `sign_bit`.
-uint8_t encode_narrow(float f, int man, int bias, int sign_bit, uint32_t nan_code, uint32_t max_code) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  const auto sign = static_cast<uint8_t>((u >> 31) << sign_bit);
-  if (a > kF32Inf) return static_cast<uint8_t>(sign | nan_code);
-  return static_cast<uint8_t>(sign | std::min(round_magnitude(a, man, bias), max_code));
-}
-
-float f8e4m3_to_f32(uint8_t v) {
-  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24, mag = v & 0x7fu;
-  return float_of(sign | (mag == 0x7fu ? kF32QuietNan : expand_magnitude(mag, 3, 7)));
-}
-
-uint8_t f32_to_f8e4m3(float f) {
-  // 0x7f would be 480 (it is NaN), so anything rounding there or beyond, inf
-  // included, saturates to 448 (0x7e).
-  return encode_narrow(f, 3, 7, 7, 0x7fu, 0x7eu);
-}
-
-float f8e5m2_to_f32(uint8_t v) {
-  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24, mag = v & 0x7fu;
-  if (mag >= 0x7cu) return float_of(sign | (mag == 0x7cu ? kF32Inf : kF32QuietNan));
-  return float_of(sign | expand_magnitude(mag, 2, 15));
-}
-
-uint8_t f32_to_f8e5m2(float f) { return encode_narrow(f, 2, 15, 7, 0x7fu, 0x7cu); }  // overflow -> inf (0x7c)
-
-// ---- fp4 ------------------------------------------------------------------------
-
-float e2m1_to_f32(uint8_t v) {
-  return float_of((static_cast<uint32_t>(v & 0x8u) << 28) | expand_magnitude(v & 0x7u, 1, 1));
-}
-
-uint8_t f32_to_e2m1(float f) { return encode_narrow(f, 1, 1, 3, 0x7u, 0x7u); }  // saturates to 6, NaN -> 6
 
 // ---- integers ---------------------------------------------------------------------
 

@@ -19,6 +19,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/bf16.h"
+#include "core/e2m1.h"
+#include "core/f16.h"
+#include "core/f8_e4m3.h"
+#include "core/f8_e5m2.h"
+
 namespace qf {
 
 enum class DType : uint8_t {
@@ -36,16 +42,18 @@ std::optional<DType> dtype_from_safetensors(std::string_view s);
 bool dtype_is_float(DType t);
 
 // ---- scalar conversions (bit-exact) ---------------------------------------
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
-float bf16_to_f32(uint16_t b);
-uint16_t f32_to_bf16(float f);
-float f8e4m3_to_f32(uint8_t v);
-uint8_t f32_to_f8e4m3(float f);   // saturating, RNE
-float f8e5m2_to_f32(uint8_t v);
-uint8_t f32_to_f8e5m2(float f);   // RNE, overflow to inf
-float e2m1_to_f32(uint8_t v);     // low nibble
-uint8_t f32_to_e2m1(float f);     // saturating, RNE
+// The floats are the shared host/device functions of f16.h, bf16.h,
+// f8_e4m3.h, f8_e5m2.h and e2m1.h (core/hd.h), named here in qf as well.
+using hd::f16_to_f32;     // float f16_to_f32(uint16_t)
+using hd::f32_to_f16;     // uint16_t f32_to_f16(float)
+using hd::bf16_to_f32;
+using hd::f32_to_bf16;
+using hd::f8e4m3_to_f32;
+using hd::f32_to_f8e4m3;  // saturating, RNE
+using hd::f8e5m2_to_f32;
+using hd::f32_to_f8e5m2;  // RNE, overflow to inf
+using hd::e2m1_to_f32;    // low nibble
+using hd::f32_to_e2m1;    // saturating, RNE
 // Integers: round half to even, then saturate to the type's range; NaN -> 0.
 int8_t f32_to_i8(float f);
 uint8_t f32_to_u8(float f);

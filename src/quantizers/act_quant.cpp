@@ -7,6 +7,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quantizers/float_quant.h"
+#include "quantizers/int_quant.h"
+#include "quantizers/nvfp4.h"
 
 namespace qf {
 
@@ -62,17 +64,10 @@ float row_amax(const float* x, int64_t n) {
   return amax;
 }
 
-// The int8 code of x: clamp(x / scale + zero, -128, 127) rounded half to even.
-inline int8_t int8_code(float x, float scale, int32_t zero) {
-  const float t = x / scale + static_cast<float>(zero);
-  return static_cast<int8_t>(std::nearbyint(std::clamp(t, -128.0f, 127.0f)));
-}
-
 // One NVFP4 block of n (<= 16) values in place, against the global scale.
 void nvfp4_block(float* x, int64_t n, float global) {
   const float s = nvfp4_block_scale(row_amax(x, n), global);
-  const float eff = s / global;
-  for (int64_t i = 0; i < n; ++i) x[i] = e2m1_to_f32(nvfp4_code(x[i], s, global)) * eff;
+  for (int64_t i = 0; i < n; ++i) x[i] = hd::nvfp4_value(hd::nvfp4_code(x[i], s, global), s, global);
 }
 
 }  // namespace
@@ -112,7 +107,7 @@ void quantize_activations_int8(const ActQuantParams& p, const float* x, int64_t 
       z = 0;
     }
     int8_t* qr = q + t * in;
-    for (int64_t i = 0; i < in; ++i) qr[i] = int8_code(xr[i], s, z);
+    for (int64_t i = 0; i < in; ++i) qr[i] = hd::quantize_int8(xr[i], s, z);
     row_scale[t] = s;
     row_zero[t] = z;
   }
@@ -136,7 +131,7 @@ void quantize_activations(const ActQuantParams& p, float* x, int64_t n, int64_t 
       for (int64_t i = 0; i < in; ++i) xr[i] = f8e4m3_to_f32(f32_to_f8e4m3(xr[i] / sc)) * sc;
     } else {
       for (int64_t i = 0; i < in; ++i)
-        xr[i] = static_cast<float>(static_cast<int32_t>(int8_code(xr[i], sc, z)) - z) * sc;
+        xr[i] = hd::dequantize_int(hd::quantize_int8(xr[i], sc, z), sc, z);
     }
   }
 }

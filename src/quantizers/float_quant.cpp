@@ -12,8 +12,7 @@
 namespace qf {
 namespace {
 
-constexpr float kFp8Max = 448.0f, kFp4Max = 6.0f;
-constexpr float kE4m3Eps = 0.125f;  // torch.finfo(float8_e4m3fn).eps
+constexpr float kFp8Max = 448.0f;
 
 // max(|min(x, 0)|, max(x, 0)) over n values; InvalidInput for non-finite values.
 float abs_max(const float* x, int64_t n, const std::string& where) {
@@ -41,18 +40,8 @@ QuantizedTensor empty_tensor(int64_t rows, int64_t cols, const QuantScheme& s, c
 
 float nvfp4_global_scale(float amax) {
   if (std::isnan(amax)) return 1.0f;
-  const float g = kFp8Max * kFp4Max / std::max(amax, std::numeric_limits<float>::min());
+  const float g = kFp8Max * hd::kE2m1Max / std::max(amax, std::numeric_limits<float>::min());
   return std::isfinite(g) ? g : 1.0f;
-}
-
-float nvfp4_block_scale(float block_amax, float global_scale) {
-  const float s = f8e4m3_to_f32(f32_to_f8e4m3(global_scale * (block_amax / kFp4Max)));
-  return s == 0.0f ? kE4m3Eps : s;
-}
-
-uint8_t nvfp4_code(float x, float block_scale, float global_scale) {
-  const float v = x / (block_scale / global_scale);
-  return v == 0.0f ? uint8_t{0} : f32_to_e2m1(v);
 }
 
 QuantizedTensor quantize_fp8(const float* w, int64_t rows, int64_t cols, const QuantScheme& s) {

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "quantizers/nvfp4.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf {
@@ -48,9 +49,10 @@ QuantizedTensor quantize_nvfp4(const float* w, int64_t rows, int64_t cols, const
 // 1 when that is not finite (or amax is NaN).
 float nvfp4_global_scale(float amax);
 // The decoded e4m3 block scale for a block's amax against a global scale
-// (0.125 when it rounds to zero).
-float nvfp4_block_scale(float block_amax, float global_scale);
-// The e2m1 code of x under a block scale and global scale (see above).
-uint8_t nvfp4_code(float x, float block_scale, float global_scale);
+// (0.125 when it rounds to zero), and the e2m1 code of x under a block scale
+// and global scale (see above): the shared host/device functions of
+// quantizers/nvfp4.h.
+using hd::nvfp4_block_scale;  // float nvfp4_block_scale(float block_amax, float global_scale)
+using hd::nvfp4_code;         // uint8_t nvfp4_code(float x, float block_scale, float global_scale)
 
 }  // namespace qf

@@ -811,141 +811,11 @@ void quant_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
 
 // ---- dequantization ------------------------------------------------------------
 
-void deq_q4_0(const BlockQ4_0* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = ((b[i].qs[j] & 0x0F) - 8) * d;
-      y[j + 16] = ((b[i].qs[j] >> 4) - 8) * d;
-    }
-  }
-}
-
-void deq_q4_1(const BlockQ4_1* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d), m = h2f(b[i].m);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = (b[i].qs[j] & 0x0F) * d + m;
-      y[j + 16] = (b[i].qs[j] >> 4) * d + m;
-    }
-  }
-}
-
-// 5-bit codes of elements j and j+16 (j < 16).
-inline int q5_lo(const uint8_t* qs, uint32_t qh, int j) { return (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4); }
-inline int q5_hi(const uint8_t* qs, uint32_t qh, int j) { return (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4); }
-
-void deq_q5_0(const BlockQ5_0* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d);
-    uint32_t qh;
-    std::memcpy(&qh, b[i].qh, 4);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = (q5_lo(b[i].qs, qh, j) - 16) * d;
-      y[j + 16] = (q5_hi(b[i].qs, qh, j) - 16) * d;
-    }
-  }
-}
-
-void deq_q5_1(const BlockQ5_1* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d), m = h2f(b[i].m);
-    uint32_t qh;
-    std::memcpy(&qh, b[i].qh, 4);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = q5_lo(b[i].qs, qh, j) * d + m;
-      y[j + 16] = q5_hi(b[i].qs, qh, j) * d + m;
-    }
-  }
-}
-
-void deq_q8_0(const BlockQ8_0* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d);
-    for (int j = 0; j < QK; ++j) y[j] = b[i].qs[j] * d;
-  }
-}
-
-void deq_q8_1(const BlockQ8_1* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
-    const float d = h2f(b[i].d);
-    for (int j = 0; j < QK; ++j) y[j] = b[i].qs[j] * d;
-  }
-}
-
-// 2-bit field of element e (0..255) in the Q2_K/Q3_K qs layout.
-inline int q2_code(const uint8_t* qs, int e) { return (qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
-
-void deq_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-    for (int j = 0; j < 16; ++j) {
-      const float dl = d * (b[i].scales[j] & 0xF), ml = dmin * (b[i].scales[j] >> 4);
-      for (int l = 0; l < 16; ++l) y[16 * j + l] = dl * q2_code(b[i].qs, 16 * j + l) - ml;
-    }
-  }
-}
-
-void deq_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const float d = h2f(b[i].d);
-    for (int j = 0; j < 16; ++j) {
-      const float dl = d * q3k_scale(j, b[i].scales);
-      for (int l = 0; l < 16; ++l) {
-        const int e = 16 * j + l;
-        const int hi = (b[i].hmask[e % 32] >> (e / 32)) & 1;
-        y[e] = dl * (q2_code(b[i].qs, e) - (hi ? 0 : 4));
-      }
-    }
-  }
-}
-
-void deq_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      unpack_scale_min_k4(j, b[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      const uint8_t* q = b[i].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) y[32 * j + l] = d1 * ((q[l] >> shift) & 0xF) - m1;
-    }
-  }
-}
-
-void deq_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      unpack_scale_min_k4(j, b[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      const uint8_t* q = b[i].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) {
-        const int hi = (b[i].qh[l] >> j) & 1;
-        y[32 * j + l] = d1 * (((q[l] >> shift) & 0xF) + (hi ? 16 : 0)) - m1;
-      }
-    }
-  }
-}
-
-void deq_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const float d = h2f(b[i].d);
-    for (int e = 0; e < QK_K; ++e) {
-      const int h = e / 128, t = (e % 128) / 32, l = e % 32;
-      const uint8_t lo = b[i].ql[64 * h + l + 32 * (t & 1)];
-      const int q = ((t < 2 ? lo & 0xF : lo >> 4) | (((b[i].qh[32 * h + l] >> (2 * t)) & 3) << 4)) - 32;
-      y[e] = d * b[i].scales[e / 16] * q;
-    }
-  }
-}
-
-void deq_q8_k(const BlockQ8_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K)
-    for (int j = 0; j < QK_K; ++j) y[j] = b[i].d * b[i].qs[j];
+// One call of the shared block decoder (kquant_blocks.h) per block.
+template <class Block>
+void dequantize_blocks(const void* src, float* y, int64_t nb, int block_size) {
+  const auto* b = static_cast<const Block*>(src);
+  for (int64_t i = 0; i < nb; ++i, y += block_size) dequantize_block(b[i], y);
 }
 
 // ---- checks ------------------------------------------------------------------
@@ -1032,18 +902,18 @@ void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
     case t::F32: std::memcpy(y, src, static_cast<size_t>(n) * 4); break;
     case t::F16: for (int64_t j = 0; j < n; ++j) y[j] = f16_to_f32(static_cast<const uint16_t*>(src)[j]); break;
     case t::BF16: for (int64_t j = 0; j < n; ++j) y[j] = bf16_to_f32(static_cast<const uint16_t*>(src)[j]); break;
-    case t::Q4_0: deq_q4_0(static_cast<const BlockQ4_0*>(src), y, nb); break;
-    case t::Q4_1: deq_q4_1(static_cast<const BlockQ4_1*>(src), y, nb); break;
-    case t::Q5_0: deq_q5_0(static_cast<const BlockQ5_0*>(src), y, nb); break;
-    case t::Q5_1: deq_q5_1(static_cast<const BlockQ5_1*>(src), y, nb); break;
-    case t::Q8_0: deq_q8_0(static_cast<const BlockQ8_0*>(src), y, nb); break;
-    case t::Q8_1: deq_q8_1(static_cast<const BlockQ8_1*>(src), y, nb); break;
-    case t::Q2_K: deq_q2_k(static_cast<const BlockQ2_K*>(src), y, nb); break;
-    case t::Q3_K: deq_q3_k(static_cast<const BlockQ3_K*>(src), y, nb); break;
-    case t::Q4_K: deq_q4_k(static_cast<const BlockQ4_K*>(src), y, nb); break;
-    case t::Q5_K: deq_q5_k(static_cast<const BlockQ5_K*>(src), y, nb); break;
-    case t::Q6_K: deq_q6_k(static_cast<const BlockQ6_K*>(src), y, nb); break;
-    case t::Q8_K: deq_q8_k(static_cast<const BlockQ8_K*>(src), y, nb); break;
+    case t::Q4_0: dequantize_blocks<BlockQ4_0>(src, y, nb, QK); break;
+    case t::Q4_1: dequantize_blocks<BlockQ4_1>(src, y, nb, QK); break;
+    case t::Q5_0: dequantize_blocks<BlockQ5_0>(src, y, nb, QK); break;
+    case t::Q5_1: dequantize_blocks<BlockQ5_1>(src, y, nb, QK); break;
+    case t::Q8_0: dequantize_blocks<BlockQ8_0>(src, y, nb, QK); break;
+    case t::Q8_1: dequantize_blocks<BlockQ8_1>(src, y, nb, QK); break;
+    case t::Q2_K: dequantize_blocks<BlockQ2_K>(src, y, nb, QK_K); break;
+    case t::Q3_K: dequantize_blocks<BlockQ3_K>(src, y, nb, QK_K); break;
+    case t::Q4_K: dequantize_blocks<BlockQ4_K>(src, y, nb, QK_K); break;
+    case t::Q5_K: dequantize_blocks<BlockQ5_K>(src, y, nb, QK_K); break;
+    case t::Q6_K: dequantize_blocks<BlockQ6_K>(src, y, nb, QK_K); break;
+    case t::Q8_K: dequantize_blocks<BlockQ8_K>(src, y, nb, QK_K); break;
     default: throw Error(ErrorKind::Internal, "dequantize_row: unhandled type");
   }
 }

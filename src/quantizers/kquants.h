@@ -24,6 +24,7 @@
 
 #include "core/simd.h"
 #include "formats/gguf/gguf.h"
+#include "quantizers/kquant_blocks.h"
 
 namespace qf::kquants {
 
@@ -65,41 +66,7 @@ float vec_dot_ref(uint32_t type, int64_t n, const void* weight_row, const void* 
 // levels, SimdLevel::Scalar at scalar (qf::simd_level() capped at Avx2).
 SimdLevel simd_level();
 
-// ---- block layouts (byte-packed, little-endian; fp16 fields as raw bits) ----
-#pragma pack(push, 1)
-struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };                     // x = (q - 8) d
-struct BlockQ4_1 { uint16_t d, m; uint8_t qs[16]; };                  // x = q d + m
-struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };      // x = (q - 16) d
-struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };   // x = q d + m
-struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };                      // x = q d
-struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };                   // s = d * sum(q)
-struct BlockQ2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; };
-struct BlockQ3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; };
-struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
-struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
-struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
-struct BlockQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };    // bsums: sums of 16 qs
-#pragma pack(pop)
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
-static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
-
-// 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K `scales[12]` array.
-inline void unpack_scale_min_k4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-// 6-bit scale of sub-block j (0..15) of a Q3_K `scales[12]` array, minus 32.
-inline int q3k_scale(int j, const uint8_t* s) {
-  const int lo = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
-  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-  return (lo | (hi << 4)) - 32;
-}
+// The block layouts (BlockQ4_0 ... BlockQ8_K) and the decoding of one block
+// are in quantizers/kquant_blocks.h, shared with device code.
 
 }  // namespace qf::kquants

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "quantizers/int_quant.h"
+#include "quantizers/nvfp4.h"
 
 namespace qf {
 
@@ -86,12 +88,12 @@ void QuantizedTensor::dequantize_row(int64_t r, float* out) const {
   }
   if (scheme.is_nvfp4()) {
     for (int64_t c = 0; c < cols; ++c)
-      out[c] = e2m1_to_f32(qr[c]) * (scales[static_cast<size_t>(param_index(r, group_of(c)))] / global_scale);
+      out[c] = hd::nvfp4_value(qr[c], scales[static_cast<size_t>(param_index(r, group_of(c)))], global_scale);
     return;
   }
   for (int64_t c = 0; c < cols; ++c) {
     const int64_t p = param_index(r, group_of(c));
-    out[c] = static_cast<float>(static_cast<int32_t>(qr[c]) - zeros[static_cast<size_t>(p)]) * scales[static_cast<size_t>(p)];
+    out[c] = hd::dequantize_int(qr[c], scales[static_cast<size_t>(p)], zeros[static_cast<size_t>(p)]);
   }
 }
 

@@ -138,9 +138,7 @@ float round_scale(float s, DType dt) {
 }
 
 uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s) {
-  const float t = std::nearbyint(x / p.scale) + static_cast<float>(p.zero);
-  if (std::isnan(t)) return static_cast<uint8_t>(p.zero);
-  return static_cast<uint8_t>(std::clamp(t, 0.0f, static_cast<float>(s.qmax())));
+  return hd::quantize_int(x, p.scale, p.zero, s.qmax());
 }
 
 GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,

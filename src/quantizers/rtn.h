@@ -35,6 +35,7 @@
 
 #include <cstdint>
 
+#include "quantizers/int_quant.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf {
@@ -74,9 +75,7 @@ GroupParams fit_group(const double* x, int64_t n, int64_t stride, const QuantSch
 // clamp(round(x / scale) + zero, 0, qmax); x / scale in f32 as torch does.
 uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s);
 // (q - zero) * scale in f32.
-inline float dequantize_value(uint8_t q, GroupParams p) {
-  return static_cast<float>(static_cast<int32_t>(q) - p.zero) * p.scale;
-}
+inline float dequantize_value(uint8_t q, GroupParams p) { return hd::dequantize_int(q, p.scale, p.zero); }
 
 // Rounds a positive f32 scale to `dt` (F16, BF16 or F32) with the conventions
 // above (zero -> dtype eps, overflow -> largest finite, NaN -> eps).
