@@ -28,12 +28,19 @@ ActivationStore::ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes, 
   remove_stale_temporaries(beside);
   for (int attempt = 0; attempt < 16 && dir_.empty(); ++attempt) {
     const fs::path d = temp_sibling(beside, "spill");
-    if (!register_temporary(d)) throw io_error(beside.string(), "interrupted");
-    if (::mkdir(d.c_str(), 0700) == 0) {  // private: activations are data
+    int e = 0;
+    bool made = false;
+    const bool open = create_registered_temporary(d, [&] {
+      made = ::mkdir(d.c_str(), 0700) == 0;  // private: activations are data
+      e = errno;
+      return made;
+    });
+    if (!open) throw io_error(beside.string(), "interrupted");
+    if (made) {
       dir_ = d;
     } else {
-      unregister_temporary(d);
-      if (errno != EEXIST) break;
+      errno = e;
+      if (e != EEXIST) break;
     }
   }
   if (dir_.empty())

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -13,6 +14,8 @@
 namespace qf {
 
 namespace {
+
+std::atomic<bool> g_interrupted{false};
 
 sigset_t interrupt_signals() {
   sigset_t set;
@@ -27,6 +30,7 @@ sigset_t interrupt_signals() {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
+  g_interrupted.store(true);
   const int removed = remove_registered_temporaries();
   std::fprintf(stderr, "quantforge: interrupted by %s%s\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP",
                removed > 0 ? "; temporary outputs removed" : "");
@@ -42,6 +46,12 @@ sigset_t interrupt_signals() {
 }
 
 }  // namespace
+
+bool interrupted() { return g_interrupted.load(); }
+
+void await_interrupt_exit() {
+  for (;;) pause();  // the clean-up thread raises the signal
+}
 
 void install_interrupt_cleanup() {
   static bool installed = false;

@@ -15,4 +15,13 @@ namespace qf {
 
 void install_interrupt_cleanup();
 
+// True once an interrupt signal has been taken: the clean-up thread is
+// removing the temporaries and will end the process by the signal. Work that
+// fails meanwhile (a temporary refused as "interrupted", a folder removed
+// under a writer) must not decide the exit status: call
+// await_interrupt_exit(), which waits for the clean-up thread to end the
+// process.
+bool interrupted();
+[[noreturn]] void await_interrupt_exit();
+
 }  // namespace qf

@@ -88,11 +88,14 @@ AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
   remove_stale_temporaries(final_);
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
     temp_ = temp_sibling(final_, "tmp");
-    if (!register_temporary(temp_)) throw io_error(final_.string(), "interrupted");
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int e = 0;
+    const bool open = create_registered_temporary(temp_, [&] {
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      e = errno;
+      return fd_ >= 0;
+    });
+    if (!open) throw io_error(final_.string(), "interrupted");
     if (fd_ < 0) {
-      const int e = errno;
-      unregister_temporary(temp_);
       errno = e;
       if (e != EEXIST) break;
     }
@@ -157,10 +160,15 @@ StagingDir::StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
   remove_stale_temporaries(final_);
   for (int attempt = 0; attempt < 16; ++attempt) {
     temp_ = temp_sibling(final_, "tmp");
-    if (!register_temporary(temp_)) throw io_error(final_.string(), "interrupted");
-    if (::mkdir(temp_.c_str(), 0755) == 0) return;
-    const int e = errno;
-    unregister_temporary(temp_);
+    int e = 0;
+    bool made = false;
+    const bool open = create_registered_temporary(temp_, [&] {
+      made = ::mkdir(temp_.c_str(), 0755) == 0;
+      e = errno;
+      return made;
+    });
+    if (!open) throw io_error(final_.string(), "interrupted");
+    if (made) return;
     errno = e;
     if (e != EEXIST) break;
   }

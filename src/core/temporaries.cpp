@@ -108,11 +108,11 @@ Registry& registry() {
 
 }  // namespace
 
-bool register_temporary(const fs::path& p) {
+bool create_registered_temporary(const fs::path& p, const std::function<bool()>& create) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.closed) return false;
-  r.paths.insert(p);
+  if (create()) r.paths.insert(p);
   return true;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,14 @@ std::filesystem::path temp_sibling(const std::filesystem::path& final_path, cons
 // of this host. Returns the paths removed. Never throws.
 std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& final_path);
 
-// Interrupt clean-up registry. register_temporary() adds a file or folder that
-// remove_registered_temporaries() deletes (recursively); unregister when the
-// temporary was committed or removed normally. Register before creating the
-// temporary: false means the process is being interrupted and the caller must
-// not create it.
-bool register_temporary(const std::filesystem::path& p);
+// Interrupt clean-up registry. create_registered_temporary() runs `create`
+// (which makes the file or folder p, returning false on failure) under the
+// registry's lock and registers p when it succeeded, so that
+// remove_registered_temporaries() (recursively) deletes it; no interrupt can
+// fall between the two. Returns false without calling `create` when the
+// process is being interrupted. Unregister when the temporary was committed
+// or removed normally.
+bool create_registered_temporary(const std::filesystem::path& p, const std::function<bool()>& create);
 void unregister_temporary(const std::filesystem::path& p);
 // Removes every registered temporary; returns how many existed. Blocks new
 // registrations while it runs and afterwards (the process is ending).

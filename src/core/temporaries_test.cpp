@@ -81,13 +81,25 @@ TEST(Temporaries, RegisteredOnesAreRemovedOnInterrupt) {
   test::TempDir d;
   const pid_t p = fork();
   if (p == 0) {
-    fs::create_directories(d / "a" / "b");
-    test::write_file(d / "a" / "b" / "f", "x");
-    test::write_file(d / "c", "x");
-    test::write_file(d / "kept", "x");
-    bool ok = register_temporary(d / "a") && register_temporary(d / "c") && register_temporary(d / "kept");
+    auto made = [](const std::function<void()>& make) {
+      return [make] {
+        make();
+        return true;
+      };
+    };
+    bool ok = create_registered_temporary(d / "a", made([&] {
+                fs::create_directories(d / "a" / "b");
+                test::write_file(d / "a" / "b" / "f", "x");
+              })) &&
+              create_registered_temporary(d / "c", made([&] { test::write_file(d / "c", "x"); })) &&
+              create_registered_temporary(d / "kept", made([&] { test::write_file(d / "kept", "x"); }));
+    // A creation that fails registers nothing.
+    ok = ok && create_registered_temporary(d / "failed", [] { return false; });
     unregister_temporary(d / "kept");
-    ok = ok && remove_registered_temporaries() == 2 && !register_temporary(d / "late");
+    // After the clean-up no temporary can be created: `create` is not even called.
+    bool called = false;
+    ok = ok && remove_registered_temporaries() == 2 &&
+         !create_registered_temporary(d / "late", [&] { return called = true; }) && !called;
     _exit(ok ? 0 : 1);
   }
   int status = 0;
