@@ -164,11 +164,8 @@ class AwqFormat final : public CheckpointFormat {
   const char* name() const override { return "awq"; }
 
   void check_linear(const LinearCheck& c) const override {
+    require_integer_weight_only(c, name());
     const QuantScheme& w = *c.weights;
-    if (c.act)
-      throw unsupported(c.where, "the awq format holds weight-only schemes; export compressed-tensors for " +
-                                     c.act->describe() + " activations");
-    if (w.is_float()) throw unsupported(c.where, "the awq format holds integer weights, not " + w.describe());
     if (w.bits != 4 || w.strategy != QuantStrategy::Group)
       throw unsupported(c.where, "the AutoAWQ GEMM format holds 4-bit group quantization, not " + w.describe());
     if (c.scale_dtype_given && w.scale_dtype != DType::F16) throw unsupported(c.where, "the AWQ format stores f16 scales");

@@ -11,6 +11,14 @@ const CheckpointFormat& gptq_checkpoint_format();
 const CheckpointFormat& awq_checkpoint_format();
 const CheckpointFormat& modelopt_checkpoint_format();
 
+void require_integer_weight_only(const LinearCheck& c, const std::string& format) {
+  if (c.act)
+    throw unsupported(c.where, "the " + format + " format holds weight-only schemes; export compressed-tensors for " +
+                                   c.act->describe() + " activations");
+  if (c.weights->is_float())
+    throw unsupported(c.where, "the " + format + " format holds integer weights, not " + c.weights->describe());
+}
+
 const std::vector<const CheckpointFormat*>& checkpoint_formats() {
   // The first is the default (a recipe without export.format).
   static const std::vector<const CheckpointFormat*> all = {&compressed_tensors_checkpoint_format(),

@@ -104,6 +104,10 @@ class CheckpointFormat {
   virtual std::string describe(const nlohmann::json& qcfg) const = 0;
 };
 
+// For formats that hold integer weight-only schemes (GPTQ, AutoAWQ): Unsupported
+// naming c.where for input activations or float weights.
+void require_integer_weight_only(const LinearCheck& c, const std::string& format);
+
 // The registry. checkpoint_format: "" is the default (compressed-tensors);
 // InvalidInput naming `where` for an unknown name (with the closest known one).
 const CheckpointFormat& checkpoint_format(const std::string& name, const std::string& where);

@@ -230,11 +230,8 @@ class GptqFormat final : public CheckpointFormat {
   const char* name() const override { return "gptq"; }
 
   void check_linear(const LinearCheck& c) const override {
+    require_integer_weight_only(c, name());
     const QuantScheme& w = *c.weights;
-    if (c.act)
-      throw unsupported(c.where, "the gptq format holds weight-only schemes; export compressed-tensors for " +
-                                     c.act->describe() + " activations");
-    if (w.is_float()) throw unsupported(c.where, "the gptq format holds integer weights, not " + w.describe());
     if (w.strategy == QuantStrategy::Tensor)
       throw unsupported(c.where, "the GPTQ format has no per-tensor strategy; use group or channel");
     if (!w.symmetric)
