@@ -281,9 +281,20 @@ class GptqFormat final : public CheckpointFormat {
   std::string describe(const nlohmann::json& q) const override {
     const int64_t g = q.value("group_size", int64_t{-1});
     const int64_t bits = q.value("bits", 4);
-    return "gptq (" + q.value("checkpoint_format", std::string("gptq")) + "): int" + std::to_string(bits) +
-           (q.value("sym", true) ? " sym " : " asym ") + (g > 0 ? "g" + std::to_string(g) : std::string("channel")) +
-           (q.value("desc_act", false) ? ", desc_act" : "");
+    // Appended piece by piece: "literal" + std::string&& trips a false -Wrestrict in GCC 12.
+    std::string s = "gptq (";
+    s += q.value("checkpoint_format", std::string("gptq"));
+    s += "): int";
+    s += std::to_string(bits);
+    s += q.value("sym", true) ? " sym " : " asym ";
+    if (g > 0) {
+      s += 'g';
+      s += std::to_string(g);
+    } else {
+      s += "channel";
+    }
+    if (q.value("desc_act", false)) s += ", desc_act";
+    return s;
   }
 };
 
