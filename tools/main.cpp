@@ -55,8 +55,15 @@ int main(int argc, char** argv) {
   qf::cli::register_imatrix(app);
   qf::cli::register_quantize(app);
   try {
-    app.parse(argc, argv);
-    return finish_stdout();
+    try {
+      app.parse(argc, argv);
+      return finish_stdout();
+    } catch (...) {
+      // Work that failed because of an interrupt does not choose the exit
+      // status: the clean-up thread ends the process by the signal.
+      if (qf::interrupted()) qf::await_interrupt_exit();
+      throw;
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -67,24 +74,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "quantforge: usage error: %s (see --help)\n", e.what());
     return qf::exit_code(qf::ErrorKind::Usage);
   } catch (const qf::Error& e) {
-    if (qf::interrupted()) qf::await_interrupt_exit();  // failed because of the interrupt: end by its signal
     std::fflush(stdout);
     std::fprintf(stderr, "quantforge: %s: %s\n", qf::kind_name(e.kind()), e.what());
     return qf::exit_code(e.kind());
   } catch (const std::filesystem::filesystem_error& e) {
     // A filesystem call outside the library's own checks: still an i/o error
     // about a named path, not a crash.
-    if (qf::interrupted()) qf::await_interrupt_exit();  // failed because of the interrupt: end by its signal
     std::fflush(stdout);
     std::fprintf(stderr, "quantforge: %s: %s: %s\n", qf::kind_name(qf::ErrorKind::Io), e.path1().c_str(),
                  e.code().message().c_str());
     return qf::exit_code(qf::ErrorKind::Io);
   } catch (const std::bad_alloc&) {
-    if (qf::interrupted()) qf::await_interrupt_exit();  // failed because of the interrupt: end by its signal
     std::fprintf(stderr, "quantforge: out of memory\n");
     return qf::exit_code(qf::ErrorKind::Io);
   } catch (const std::exception& e) {
-    if (qf::interrupted()) qf::await_interrupt_exit();  // failed because of the interrupt: end by its signal
     std::fprintf(stderr, "quantforge: internal error: %s\n", e.what());
     return qf::exit_code(qf::ErrorKind::Internal);
   }

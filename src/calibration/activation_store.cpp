@@ -26,23 +26,7 @@ ActivationStore::ActivationStore(std::vector<size_t> sizes, uint64_t max_bytes, 
   namespace fs = std::filesystem;
   const fs::path beside = spill_beside.empty() ? fs::temp_directory_path() / "quantforge-activations" : spill_beside;
   remove_stale_temporaries(beside);
-  for (int attempt = 0; attempt < 16 && dir_.empty(); ++attempt) {
-    const fs::path d = temp_sibling(beside, "spill");
-    int e = 0;
-    bool made = false;
-    const bool open = create_registered_temporary(d, [&] {
-      made = ::mkdir(d.c_str(), 0700) == 0;  // private: activations are data
-      e = errno;
-      return made;
-    });
-    if (!open) throw io_error(beside.string(), "interrupted");
-    if (made) {
-      dir_ = d;
-    } else {
-      errno = e;
-      if (e != EEXIST) break;
-    }
-  }
+  dir_ = create_temporary_folder(beside, "spill", 0700);  // private: activations are data
   if (dir_.empty())
     throw io_error(beside.parent_path().string(), "cannot create a folder for spilled activations: " + std::string(std::strerror(errno)));
 }

@@ -158,21 +158,8 @@ StagingDir::StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) throw io_error(final_.string(), "the parent folder " + dir.string() + " does not exist");
   remove_stale_temporaries(final_);
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    temp_ = temp_sibling(final_, "tmp");
-    int e = 0;
-    bool made = false;
-    const bool open = create_registered_temporary(temp_, [&] {
-      made = ::mkdir(temp_.c_str(), 0755) == 0;
-      e = errno;
-      return made;
-    });
-    if (!open) throw io_error(final_.string(), "interrupted");
-    if (made) return;
-    errno = e;
-    if (e != EEXIST) break;
-  }
-  throw io_error(final_.string(), "cannot create a temporary folder in " + dir.string() + ": " + errno_text());
+  temp_ = create_temporary_folder(final_, "tmp", 0755);
+  if (temp_.empty()) throw io_error(final_.string(), "cannot create a temporary folder in " + dir.string() + ": " + errno_text());
 }
 
 StagingDir::~StagingDir() {

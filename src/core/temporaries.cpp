@@ -1,6 +1,7 @@
 #include "core/temporaries.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +9,8 @@
 #include <mutex>
 #include <random>
 #include <set>
+
+#include "core/error.h"
 
 namespace qf {
 
@@ -137,6 +140,24 @@ int remove_registered_temporaries() {
   }
   r.paths.clear();
   return n;
+}
+
+fs::path create_temporary_folder(const fs::path& final_path, const std::string& kind, unsigned mode) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const fs::path d = temp_sibling(final_path, kind);
+    int e = 0;
+    bool made = false;
+    const bool open = create_registered_temporary(d, [&] {
+      made = ::mkdir(d.c_str(), static_cast<mode_t>(mode)) == 0;
+      e = errno;
+      return made;
+    });
+    if (!open) throw io_error(final_path.string(), "interrupted");
+    if (made) return d;
+    errno = e;
+    if (e != EEXIST) break;
+  }
+  return {};
 }
 
 }  // namespace qf

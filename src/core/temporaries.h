@@ -47,4 +47,12 @@ void unregister_temporary(const std::filesystem::path& p);
 // registrations while it runs and afterwards (the process is ending).
 int remove_registered_temporaries();
 
+// Creates and registers a fresh temporary folder temp_sibling(final_path,
+// kind) with permissions `mode`, retrying on a name already taken. Returns
+// its path, or an empty path with errno set when mkdir fails otherwise;
+// qf::Error Io naming final_path ("interrupted") while the process is being
+// interrupted. The caller unregisters it when done.
+std::filesystem::path create_temporary_folder(const std::filesystem::path& final_path, const std::string& kind,
+                                              unsigned mode);
+
 }  // namespace qf
