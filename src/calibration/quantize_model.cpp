@@ -30,7 +30,6 @@
 namespace qf {
 namespace {
 
-
 const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                               "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",
                               "chat_template.jinja"};
@@ -157,7 +156,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   so.observe_ranges = plan.needs_activation_ranges;
   so.fused_weight_amax = plan.fused_nvfp4;
   std::vector<std::pair<float, float>> kv_amax;
-  if (plan.kv_cache) so.kv_amax = &kv_amax;
+  if (plan.export_config.kv_cache) so.kv_amax = &kv_amax;
   if (plan.smoothquant || plan.awq) {
     so.transform = [&](int64_t li, const std::vector<std::vector<int32_t>>& s,
                        const std::function<std::vector<float>(size_t)>& input) {

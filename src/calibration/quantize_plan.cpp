@@ -1,7 +1,6 @@
 #include "calibration/quantize_plan.h"
 
 #include <algorithm>
-#include <set>
 
 #include "core/error.h"
 #include "checkpoint/checkpoint_format.h"
@@ -157,7 +156,6 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   plan.quantizer = gptq ? QuantMethod::Gptq : QuantMethod::Rtn;
   plan.gptq.block_size = mod.block_size;
   plan.gptq.dampening_frac = mod.dampening_frac;
-  plan.kv_cache = mod.kv_cache_scheme;
   if (smoothquant) {
     SmoothQuantOptions o;
     o.alpha = smoothquant->smoothing_strength;
@@ -171,9 +169,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   const ModelConfig& cfg = model.config();
   const DType sdt = plan_scale_dtype(cfg);
 
-  std::set<std::string> group_names;
-  std::map<std::string, std::string> group_of;              // Linear -> its recipe group
-  std::map<std::string, ModifierSpec::Group> used_group;    // recipe groups that claim a Linear, resolved
+  std::map<std::string, ModifierSpec::Group> used_group;  // recipe groups that claim a Linear, resolved
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(li)];
     for (const rt::LayerLinear& e : rt::kLayerLinears) {
@@ -188,9 +184,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
           if (g->input_activations->needs_calibration()) plan.needs_activation_ranges = true;
         }
         plan.linears[name] = planned(*g);
-        group_of[name] = g->name;
-        if (!used_group.count(g->name)) used_group[g->name] = *g;
-        group_names.insert(g->name);
+        used_group.emplace(g->name, *g);
       }
       // The scheme AWQ's search assumes: its own (legacy recipes), else the quantizer's.
       if (awq) {
@@ -237,7 +231,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   }
   const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
   const std::string fname = format.name();
-  if (format.one_scheme_per_model() && group_names.size() > 1)
+  if (format.one_scheme_per_model() && used_group.size() > 1)
     throw unsupported(recipe.source, "the " + fname + " format holds one scheme per model; export compressed-tensors for mixed schemes");
   if (format.every_linear_quantized() && n != all)
     throw unsupported(recipe.source, "the " + fname + " format expects every decoder Linear quantized; the recipe leaves " +
@@ -255,23 +249,20 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     plan.awq = o;
   }
   // The export config's groups: those that claim a Linear, in the recipe's order.
-  std::map<std::string, size_t> export_index;
   for (const ModifierSpec::Group& mg : mod.groups) {
     const auto u = used_group.find(mg.name);
-    if (u == used_group.end() || export_index.count(mg.name)) continue;
+    if (u == used_group.end()) continue;
     const ModifierSpec::Group& g = u->second;
     ExportGroup eg;
     eg.targets = g.targets;
     eg.weights = g.weights;
     eg.act = g.input_activations;
     eg.actorder = g.act_order();
-    eg.by_gptq = gptq;
     eg.mse_observer = g.range_observer() == RangeObserver::Mse;
     eg.observer_kwargs = g.observer_kwargs;
-    export_index[mg.name] = plan.export_config.groups.size();
     plan.export_config.groups.push_back(eg);
   }
-  for (auto& [name, p] : plan.linears) p.export_group = export_index.at(group_of.at(name));
+  plan.export_config.by_gptq = gptq;
   plan.export_config.kv_cache = mod.kv_cache_scheme;
   plan.export_config.dampening_frac = mod.dampening_frac;
 

@@ -29,7 +29,6 @@ struct PlannedLinear {
   RangeObserver observer = RangeObserver::MinMax;  // integer ranges (RTN, and GPTQ's per-group scales)
   MseOptions mse;                            // the mse observer's settings
   GptqOptions::ActOrder actorder = GptqOptions::ActOrder::None;  // GPTQ only
-  size_t export_group = 0;                   // index into QuantizePlan::export_config.groups
   std::string where;                         // "FILE:LINE:COL" of its recipe group, for messages
 };
 
@@ -43,8 +42,9 @@ struct QuantizePlan {
   std::optional<AwqOptions> awq;              // AWQModifier, run before the quantizer (group size resolved)
   std::map<std::string, PlannedLinear> linears;             // Linears to quantize, by module name
   std::map<std::string, PlannedLinear> awq_linears;         // the scheme AWQ's search assumes for each
-  std::optional<ActivationScheme> kv_cache;   // FP8 KV-cache scales are calibrated and stored
-  ExportConfig export_config;                 // what the format's config describes (groups in recipe order, kv, dampening)
+  // What the format's config describes: the groups in recipe order, the
+  // KV-cache scheme (set: FP8 KV-cache scales are calibrated and stored), dampening.
+  ExportConfig export_config;
   bool needs_calibration = false;             // GPTQ, transforms, static activations, NVFP4 inputs, KV scales
   bool needs_activation_ranges = false;       // static activation scales or NVFP4 input global scales
   std::string calibration_reason;             // what needs it, for the error when none is given

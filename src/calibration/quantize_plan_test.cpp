@@ -49,16 +49,15 @@ TEST(QuantizePlan, ModifierOrderCalibrationAndFormats) {
     EXPECT_EQ(p.quantizer, QuantMethod::Gptq);
     EXPECT_DOUBLE_EQ(p.gptq.dampening_frac, 0.05);
     EXPECT_EQ(p.gptq.block_size, 64);
-    EXPECT_FALSE(p.smoothquant || p.awq || p.kv_cache);
+    EXPECT_FALSE(p.smoothquant || p.awq || p.export_config.kv_cache);
     ASSERT_EQ(p.export_config.groups.size(), 1u);
-    EXPECT_TRUE(p.export_config.groups[0].by_gptq);
+    EXPECT_TRUE(p.export_config.by_gptq);
     EXPECT_EQ(p.export_config.groups[0].actorder, GptqOptions::ActOrder::Group);
     const PlannedLinear& down = p.linears.at("model.layers.3.mlp.down_proj");
     EXPECT_EQ(down.actorder, GptqOptions::ActOrder::Group);
     EXPECT_EQ(down.weights.describe(), "int4 sym g128");
     EXPECT_EQ(down.weights.scale_dtype, DType::F16);  // the fixture's dtype
     EXPECT_FALSE(down.act.has_value());
-    EXPECT_EQ(down.export_group, 0u);
   }
   EXPECT_FALSE(plan("q_stage:\n  q_modifiers:\n" + quant + "FP8_DYNAMIC}\n").needs_calibration);
   EXPECT_TRUE(plan("q_stage:\n  q_modifiers:\n" + quant + "FP8}\n").needs_activation_ranges);

@@ -40,7 +40,6 @@ struct ExportGroup {
   QuantScheme weights;
   std::optional<ActivationScheme> act;  // empty: weight-only
   GptqOptions::ActOrder actorder = GptqOptions::ActOrder::None;
-  bool by_gptq = false;                 // quantized by GPTQ (its act-order is recorded as the peers record it)
   bool mse_observer = false;            // weights ranges from the mse observer
   std::map<std::string, std::string> observer_kwargs;  // as the recipe gave them
 };
@@ -51,7 +50,8 @@ struct ExportConfig {
   std::vector<ExportGroup> groups;
   std::vector<std::string> ignore;
   std::optional<ActivationScheme> kv_cache;
-  double dampening_frac = 0.01;
+  bool by_gptq = false;          // quantized by GPTQ (its act-order is recorded as the peers record it)
+  double dampening_frac = 0.01;  // GPTQ's
 };
 
 // One Linear read back from a checkpoint.

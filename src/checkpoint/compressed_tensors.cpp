@@ -662,7 +662,7 @@ class CompressedTensorsFormat final : public CheckpointFormat {
     nlohmann::json qc = compressed_tensors_config(list, c.ignore, kCompressedTensorsVersion, c.kv_cache);
     // GPTQ's static act-order is recorded as llm-compressor records it.
     for (size_t i = 0; i < c.groups.size(); ++i)
-      if (c.groups[i].by_gptq && c.groups[i].actorder == GptqOptions::ActOrder::Weight)
+      if (c.by_gptq && c.groups[i].actorder == GptqOptions::ActOrder::Weight)
         qc["config_groups"]["group_" + std::to_string(i)]["weights"]["actorder"] = "static";
     config["quantization_config"] = qc;
   }

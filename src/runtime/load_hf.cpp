@@ -47,10 +47,6 @@ struct HfReader {
   }
 };
 
-}  // namespace
-
-namespace {
-
 std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
   ModelConfig c = load_model_config(dir);
   const CheckpointFormat* format = nullptr;
