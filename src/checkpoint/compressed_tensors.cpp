@@ -9,13 +9,12 @@
 #include "recipe/recipe.h"
 #include "checkpoint/checked_tensor.h"
 #include "checkpoint/pack.h"
+#include "quantizers/quant_args.h"
 
 namespace qf {
 namespace {
 
 using json = nlohmann::json;
-
-std::string sq(const std::string& s) { return "'" + s + "'"; }
 
 std::vector<uint8_t> scales_as(const std::vector<float>& s, DType dt) {
   std::vector<uint8_t> out(s.size() * dtype_size(dt));
@@ -184,151 +183,77 @@ void pack_quantized_tensors(SafetensorsWriter& w, const std::string& prefix, con
 
 namespace {
 
-// The strategy of a QuantizationArgs, inferred from group_size when absent as
-// compressed-tensors does; group_size returned through *gs_out (0 when null).
-std::string args_strategy(const json& a, const std::string& where, int64_t* gs_out) {
-  const json& gs = field(a, "group_size");
-  if (!gs.is_null() && !gs.is_number_integer()) throw invalid_input(where, "group_size must be an integer, got " + gs.dump());
-  const int64_t group_size = gs.is_null() ? 0 : gs.get<int64_t>();
-  *gs_out = group_size;
-  const json& st = field(a, "strategy");
-  if (st.is_null()) {
-    const std::string strategy = gs.is_null() ? "tensor" : group_size > 0 ? "group" : group_size == -1 ? "channel" : "?";
-    if (strategy == "?") throw invalid_input(where, "invalid group_size " + gs.dump());
-    return strategy;
+// The QuantizationArgs keys of a JSON mapping, each read as its type
+// (quantizers/quant_args.h gives them their meaning).
+QuantArgs json_quant_args(const json& a, const std::string& where) {
+  if (!a.is_object()) throw invalid_input(where, "expected an object, got " + a.dump());
+  QuantArgs q;
+  auto str = [&](const char* key) -> std::optional<std::string> {
+    const json& v = field(a, key);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) throw invalid_input(where, std::string(key) + " must be a string, got " + v.dump());
+    return v.get<std::string>();
+  };
+  auto integer = [&](const char* key) -> std::optional<int64_t> {
+    const json& v = field(a, key);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) throw invalid_input(where, std::string(key) + " must be an integer, got " + v.dump());
+    return v.get<int64_t>();
+  };
+  q.type = str("type");
+  q.num_bits = integer("num_bits");
+  if (const json& v = field(a, "symmetric"); !v.is_null()) {
+    if (!v.is_boolean()) throw invalid_input(where, "symmetric must be a boolean, got " + v.dump());
+    q.symmetric = v.get<bool>();
   }
-  if (!st.is_string()) throw invalid_input(where, "strategy must be a string, got " + st.dump());
-  return st.get<std::string>();
+  q.group_size = integer("group_size");
+  q.strategy = str("strategy");
+  if (const json& v = field(a, "dynamic"); v.is_boolean()) q.dynamic = v.get<bool>() ? "true" : "false";
+  else if (v.is_string()) q.dynamic = v.get<std::string>();
+  else if (!v.is_null()) throw invalid_input(where, "dynamic must be a boolean or \"local\", got " + v.dump());
+  // ActivationOrdering: a name, or a boolean (true: group), or null (none).
+  if (const json& v = field(a, "actorder"); v.is_boolean()) q.actorder = v.get<bool>() ? "group" : "";
+  else if (v.is_string()) q.actorder = v.get<std::string>();
+  else if (!v.is_null()) throw invalid_input(where, "actorder must be a string, a boolean or null, got " + v.dump());
+  q.scale_dtype = str("scale_dtype");
+  q.zp_dtype = str("zp_dtype");
+  q.block_structure = !field(a, "block_structure").is_null();
+  return q;
 }
 
-int args_bits(const json& a, const std::string& where) {
-  const json& nb = field(a, "num_bits");
-  if (nb.is_null()) return 8;
-  if (!nb.is_number_integer()) throw invalid_input(where, "num_bits must be an integer, got " + nb.dump());
-  return nb.get<int>();
-}
-
-bool args_symmetric(const json& a, const std::string& where) {
-  const json& sym = field(a, "symmetric");
-  if (!sym.is_null() && !sym.is_boolean()) throw invalid_input(where, "symmetric must be a boolean, got " + sym.dump());
-  return sym.is_null() ? true : sym.get<bool>();
-}
-
-// "int" (the default) or "float".
-QuantType args_type(const json& a, const std::string& where) {
-  const json& type = field(a, "type");
-  if (type.is_null()) return QuantType::Int;
-  if (!type.is_string()) throw invalid_input(where, "type must be a string, got " + type.dump());
-  const std::string t = type.get<std::string>();
-  if (t == "int") return QuantType::Int;
-  if (t == "float") return QuantType::Float;
-  throw unsupported(where, "quantization type " + type.dump() + " (supported: int, float)");
+// A problem the resolver found, naming its key when the mapping has it.
+[[noreturn]] void rethrow_args_problem(const QuantArgsProblem& p, const json& a, const std::string& where) {
+  const std::string key = quant_arg_key(p.arg);
+  const bool given = !key.empty() && !field(a, key.c_str()).is_null();
+  throw Error(p.kind, where + ": " + (given ? key + ": " : "") + p.message);
 }
 
 }  // namespace
 
 QuantScheme compressed_tensors_scheme_from_args(const json& a, bool* actorder_group) {
   const std::string where = "compressed-tensors weights args";
-  if (!a.is_object()) throw invalid_input(where, "expected an object, got " + a.dump());
-  QuantScheme s;
-  s.type = args_type(a, where);
-  s.bits = args_bits(a, where);
-  s.symmetric = args_symmetric(a, where);
-  const json& dyn = field(a, "dynamic");
-  if (!dyn.is_null() && !(dyn.is_boolean() && !dyn.get<bool>()))
-    throw unsupported(where, "dynamic weight quantization (" + dyn.dump() + ")");
-  int64_t group_size = 0;
-  const std::string strategy = args_strategy(a, where, &group_size);
-  const std::string gs_str = std::to_string(group_size);
-
-  if (s.type == QuantType::Float) {
-    if (!s.symmetric) throw unsupported(where, "asymmetric float weights");
-    if (s.bits == 4) {
-      if (strategy != "tensor_group" || group_size != 16)
-        throw unsupported(where, "4-bit float weights with strategy " + sq(strategy) + " and group_size " + gs_str +
-                                     " (supported: NVFP4, tensor_group with group_size 16)");
-      s = QuantScheme::nvfp4();
-    } else if (s.bits == 8) {
-      s.scale_dtype = DType::F16;
-      if (strategy == "tensor") s.strategy = QuantStrategy::Tensor;
-      else if (strategy == "channel") s.strategy = QuantStrategy::Channel;
-      else if (strategy == "group" && group_size > 0) s.strategy = QuantStrategy::Group, s.group_size = group_size;
-      else throw unsupported(where, "FP8 weight strategy " + sq(strategy) + " (supported: tensor, channel, group)");
-    } else {
-      throw unsupported(where, "float num_bits " + std::to_string(s.bits) + " (supported: 8 for FP8, 4 for NVFP4)");
-    }
-  } else {
-    if (s.bits < 2 || s.bits > 8) throw unsupported(where, "num_bits " + std::to_string(s.bits) + " (supported: 2..8)");
-    if (strategy == "tensor") {
-      s.strategy = QuantStrategy::Tensor;
-    } else if (strategy == "channel") {
-      s.strategy = QuantStrategy::Channel;
-    } else if (strategy == "group") {
-      s.strategy = QuantStrategy::Group;
-      if (group_size < 1) throw invalid_input(where, "strategy group requires group_size > 0, got " + gs_str);
-      s.group_size = group_size;
-    } else {
-      throw unsupported(where, "weight strategy " + sq(strategy) + " (supported: tensor, channel, group)");
-    }
+  const QuantArgs q = json_quant_args(a, where);
+  try {
+    const ResolvedWeights r = resolve_weight_args(q);
+    if (actorder_group) *actorder_group = r.actorder == std::optional<std::string>("group");
+    return r.scheme;
+  } catch (const QuantArgsProblem& p) {
+    rethrow_args_problem(p, a, where);
   }
-
-  const json& ao = field(a, "actorder");
-  bool group_order = false;
-  if (ao.is_boolean()) {
-    group_order = ao.get<bool>();
-  } else if (ao.is_string()) {
-    const std::string v = ao.get<std::string>();
-    if (v == "group" || v == "dynamic") group_order = true;
-    else if (v != "weight" && v != "static") throw invalid_input(where, "unknown actorder " + ao.dump());
-  } else if (!ao.is_null()) {
-    throw invalid_input(where, "actorder must be a string, a boolean or null, got " + ao.dump());
-  }
-  if (group_order && s.strategy != QuantStrategy::Group)
-    throw invalid_input(where, "actorder group requires the group strategy");
-  if (group_order && s.is_float()) throw unsupported(where, "actorder group with float weights");
-  if (actorder_group) *actorder_group = group_order;
-  return s;
 }
 
-ActivationScheme compressed_tensors_activation_from_args(const json& a) {
-  const std::string where = "compressed-tensors input_activations args";
-  if (!a.is_object()) throw invalid_input(where, "expected an object, got " + a.dump());
-  ActivationScheme s;
-  s.type = args_type(a, where);
-  s.bits = args_bits(a, where);
-  s.symmetric = args_symmetric(a, where);
-  int64_t group_size = 0;
-  const std::string strategy = args_strategy(a, where, &group_size);
-  const json& dyn = field(a, "dynamic");
-  std::string dynamic = "false";
-  if (dyn.is_boolean()) dynamic = dyn.get<bool>() ? "true" : "false";
-  else if (dyn.is_string()) dynamic = dyn.get<std::string>();
-  else if (!dyn.is_null()) throw invalid_input(where, "dynamic must be a boolean or \"local\", got " + dyn.dump());
-  const std::string desc = std::string(quant_type_name(s.type)) + " " + std::to_string(s.bits) + "-bit, strategy " +
-                           sq(strategy) + ", dynamic " + dynamic;
-  if (s.type == QuantType::Float && s.bits == 4) {
-    if (strategy != "tensor_group" || group_size != 16 || dynamic != "local" || !s.symmetric)
-      throw unsupported(where, "activations " + desc + " (4-bit float activations: NVFP4, tensor_group 16, dynamic local)");
-    return ActivationScheme::nvfp4();
+ActivationScheme compressed_tensors_activation_from_args(const json& a, bool kv_cache) {
+  const std::string where = kv_cache ? "compressed-tensors kv_cache_scheme args" : "compressed-tensors input_activations args";
+  const QuantArgs q = json_quant_args(a, where);
+  try {
+    return resolve_activation_args(q, kv_cache);
+  } catch (const QuantArgsProblem& p) {
+    rethrow_args_problem(p, a, where);
   }
-  if (s.bits != 8) throw unsupported(where, "activations " + desc + " (supported: 8-bit int or float, NVFP4)");
-  if (strategy == "token" && dynamic == "true") {
-    s.strategy = QuantStrategy::Token;
-    s.dynamic = true;
-  } else if (strategy == "tensor" && dynamic == "false") {
-    s.strategy = QuantStrategy::Tensor;
-    s.dynamic = false;
-  } else {
-    throw unsupported(where, "activations " + desc + " (supported: token dynamic, tensor static)");
-  }
-  if (s.type == QuantType::Float && !s.symmetric) throw unsupported(where, "asymmetric FP8 activations");
-  if (s.strategy == QuantStrategy::Token && !s.symmetric) throw unsupported(where, "asymmetric per-token activations");
-  s.validate(where);
-  return s;
 }
 
 QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::string& prefix, const json& args) {
-  if (args.is_object() && args_type(args, "compressed-tensors weights args") == QuantType::Float)
+  if (args.is_object() && field(args, "type") == "float")
     throw unsupported(prefix, "pack-quantized holds only integer weights, the args say type \"float\"");
   bool actorder_group = false;
   QuantizedTensor q;
@@ -678,9 +603,7 @@ class CompressedTensorsFormat final : public CheckpointFormat {
                                      "int-quantized, float-quantized, naive-quantized, nvfp4-pack-quantized, mixed-precision)");
     const auto& kv = qcfg.contains("kv_cache_scheme") ? qcfg["kv_cache_scheme"] : nlohmann::json();
     if (!kv.is_null()) {
-      const ActivationScheme k = compressed_tensors_activation_from_args(kv);
-      if (!(k.type == QuantType::Float && k.bits == 8 && k.strategy == QuantStrategy::Tensor && !k.dynamic))
-        throw unsupported(config_file, "kv_cache_scheme '" + k.describe() + "' (the runtime reads fp8 tensor static)");
+      compressed_tensors_activation_from_args(kv, true);  // FP8 per-tensor static, or an error
       o.kv_scales = true;
     }
     return o;

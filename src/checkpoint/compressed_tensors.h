@@ -88,10 +88,10 @@ void add_compressed_tensors_kv_scales(SafetensorsWriter& w, const std::string& a
 // Reads them back (f16/bf16/f32, shape [1] or scalar); NotFound when absent.
 KvScales read_compressed_tensors_kv_scales(const Checkpoint& ck, const std::string& attn_prefix);
 
-// Parses one config group's "weights" QuantizationArgs into a scheme (scale_dtype
-// left at its default; the reader takes it from the stored tensor). Infers the
-// strategy from group_size when "strategy" is absent, as compressed-tensors does.
-// Float types give FP8 (num_bits 8: tensor, channel or group) or NVFP4 (num_bits 4,
+// Parses one config group's "weights" QuantizationArgs into a scheme through the
+// resolver that recipes use too (quantizers/quant_args.h); the readers take the
+// scale dtype from the stored tensor. Infers the strategy from group_size when
+// "strategy" is absent, as compressed-tensors does. Float types give FP8 (num_bits 8: tensor, channel or group) or NVFP4 (num_bits 4,
 // tensor_group, group_size 16). Throws Unsupported for other float layouts (MXFP4,
 // block), dynamic weights, integer bits outside 2..8, or strategies other than
 // tensor/channel/group; InvalidInput for malformed fields.
@@ -106,10 +106,11 @@ QuantScheme compressed_tensors_scheme_from_args(const nlohmann::json& weights_ar
 QuantizedTensor read_compressed_tensors_linear(const Checkpoint& ck, const std::string& prefix,
                                                const nlohmann::json& group_weights_args);
 
-// Parses an "input_activations" (or kv_cache_scheme) QuantizationArgs: int8 token
-// dynamic / tensor static, fp8 token dynamic / tensor static, NVFP4 (float 4-bit,
-// tensor_group 16, dynamic "local"). Unsupported for anything else.
-ActivationScheme compressed_tensors_activation_from_args(const nlohmann::json& args);
+// Parses an "input_activations" QuantizationArgs (int8 or fp8 token dynamic /
+// tensor static, NVFP4: float 4-bit, tensor_group 16, dynamic "local") or,
+// with kv_cache, a kv_cache_scheme (fp8 tensor static) through the resolver
+// that recipes use too (quantizers/quant_args.h). Unsupported for anything else.
+ActivationScheme compressed_tensors_activation_from_args(const nlohmann::json& args, bool kv_cache = false);
 
 // One Linear read back with its input quantizer (act empty: weight-only). For
 // dynamic activations act->scale is 0; static ones carry input_scale (and

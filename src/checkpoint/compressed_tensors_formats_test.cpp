@@ -332,11 +332,17 @@ TEST(CompressedTensorsFormats, ArgsParsing) {
   EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(
                       json{{"num_bits", 8}, {"type", "float"}, {"strategy", "block"}, {"block_structure", {128, 128}}}),
                   ErrorKind::Unsupported, "'block'");
-  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 8}, {"type", "mx"}}), ErrorKind::Unsupported, "type");
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 8}, {"type", "mx"}}), ErrorKind::InvalidInput,
+                  "type: expected 'int' or 'float', got 'mx'");
   EXPECT_QF_ERROR(compressed_tensors_activation_from_args(json{{"num_bits", 8}, {"strategy", "token"}, {"dynamic", false}}),
-                  ErrorKind::Unsupported, "token dynamic, tensor static");
+                  ErrorKind::InvalidInput, "per-token activation scales are dynamic");
   EXPECT_QF_ERROR(compressed_tensors_activation_from_args(json{{"num_bits", 4}, {"type", "int"}, {"strategy", "token"}, {"dynamic", true}}),
-                  ErrorKind::Unsupported, "8-bit");
+                  ErrorKind::Unsupported, "num_bits: integer activations are quantized to 8 bits only");
+  // kv_cache_scheme: FP8 per-tensor static only.
+  EXPECT_NO_THROW(compressed_tensors_activation_from_args(
+      json{{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false}}, true));
+  EXPECT_QF_ERROR(compressed_tensors_activation_from_args(json{{"num_bits", 8}, {"type", "int"}, {"strategy", "tensor"}}, true),
+                  ErrorKind::Unsupported, "kv_cache_scheme args: only FP8 E4M3 KV caches");
   const auto a = compressed_tensors_activation_from_args(json{{"num_bits", 8}, {"type", "int"}, {"symmetric", false}, {"dynamic", false}});
   EXPECT_EQ(a.strategy, QuantStrategy::Tensor);  // inferred: no group_size
   EXPECT_FALSE(a.symmetric);

@@ -152,9 +152,20 @@ TEST(CompressedTensors, SchemeFromArgsInfersLikeCompressedTensors) {
   compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"group_size", 32}, {"actorder", "weight"}}, &ao);
   EXPECT_FALSE(ao);
   EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"dynamic", true}}), ErrorKind::Unsupported, "dynamic");
-  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 1}}), ErrorKind::Unsupported, "num_bits 1");
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 1}}), ErrorKind::InvalidInput,
+                  "compressed-tensors weights args: num_bits: must be 2..8 for int weights, got 1");
   EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"strategy", "group"}}), ErrorKind::InvalidInput,
-                  "requires group_size");
+                  "strategy: 'group' needs a positive group_size");
+  // The same resolver as recipes: asymmetric float weights, group act-order on
+  // float weights and dtypes quantforge cannot write are refused here too.
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 8}, {"type", "float"}, {"symmetric", false}}),
+                  ErrorKind::Unsupported, "float weights are symmetric");
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"group_size", 128}, {"zp_dtype", "torch.float8_e4m3fn"}}),
+                  ErrorKind::Unsupported, "zp_dtype: 'float8_e4m3fn' is not supported");
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"group_size", 128}, {"actorder", "sometimes"}}),
+                  ErrorKind::InvalidInput, "actorder: expected static, weight, group, dynamic");
+  EXPECT_QF_ERROR(compressed_tensors_scheme_from_args(json{{"num_bits", 4}, {"group_size", 128}, {"dynamic", "often"}}),
+                  ErrorKind::InvalidInput, "dynamic: expected true, false or 'local'");
 }
 
 TEST(CompressedTensors, ConfigFieldForField) {

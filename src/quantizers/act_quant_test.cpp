@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quantizers/distortion.h"
 #include "quantizers/float_quant.h"
 
 namespace qf {
@@ -137,6 +138,41 @@ TEST(ActQuant, Fp8TokenAndStatic) {
   quantize_activations(st, y.data(), 1, 2);
   EXPECT_EQ(y[0], 448.0f * st.scale);  // saturates
   EXPECT_EQ(y[1], f8e4m3_to_f32(f32_to_f8e4m3(-1.0f / st.scale)) * st.scale);
+}
+
+// Per-token activation quantization, measured by the shared distortion
+// measure: int8 within half a step (amax / 127.5 / 2) of every value, FP8
+// within half a relative step of 2^-3 (or half a subnormal step, 2^-10 of the
+// scale), on Gaussian rows with a different magnitude each.
+TEST(ActQuant, PerTokenRoundTripDistortion) {
+  const int64_t n = 32, in = 128;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * in));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < in; ++c) x[static_cast<size_t>(r * in + c)] = g(rng) * std::pow(2.0f, static_cast<float>(r % 9) - 4);
+  for (const ActivationScheme& s : {ActivationScheme::int8_token(), ActivationScheme::fp8_token()}) {
+    std::vector<float> y = x;
+    quantize_activations(calibrate_activation(s, 0, 0, "t"), y.data(), n, in);
+    Distortion d;
+    for (int64_t r = 0; r < n; ++r) {
+      float amax = 0;
+      for (int64_t c = 0; c < in; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * in + c)]));
+      for (int64_t c = 0; c < in; ++c) {
+        const size_t i = static_cast<size_t>(r * in + c);
+        const double bound = s.type == QuantType::Int ? amax / 127.5 / 2
+                                                      : std::max(std::fabs(x[i]) / 16.0, amax / 448.0 / 1024.0);
+        // + float rounding of the scale and of the product: < 2^-15 of the bound
+        d.add(x[i], y[i], bound * (1 + 0x1p-13));
+      }
+    }
+    SCOPED_TRACE(s.describe() + ": " + d.describe());
+    EXPECT_LE(d.worst_bound_ratio(), 1.0);
+    // int8: step / sqrt(12) with step = amax / 127.5 and amax about 2.9 sigma
+    // for 128 values: 0.0066; FP8: about 2^-3 / sqrt(12) = 0.036 relative.
+    EXPECT_LT(d.relative_rmse(), s.type == QuantType::Int ? 0.01 : 0.045);
+    EXPECT_GT(d.relative_rmse(), s.type == QuantType::Int ? 0.004 : 0.02);
+  }
 }
 
 TEST(ActQuant, ZeroRangesUseTheF32Eps) {

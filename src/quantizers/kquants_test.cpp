@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/dtype.h"
+#include "quantizers/distortion.h"
 #include "simd_level_fixture.h"
 #include "test_util.h"
 
@@ -76,13 +77,11 @@ std::vector<float> dequantize(uint32_t type, const std::vector<uint8_t>& q, int6
   return y;
 }
 
+// The shared distortion measure's relative RMSE of y against x.
 double rel_rmse(const std::vector<float>& x, const std::vector<float>& y) {
-  double e = 0, s = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    e += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-    s += double(x[i]) * x[i];
-  }
-  return std::sqrt(e / s);
+  Distortion d;
+  d.add(x, y);
+  return d.relative_rmse();
 }
 
 uint64_t fnv1a(const std::vector<uint8_t>& b) {

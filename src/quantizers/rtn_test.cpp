@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quantizers/distortion.h"
 
 namespace qf {
 namespace {
@@ -278,6 +279,44 @@ TEST(Rtn, ChannelAndTensorStrategies) {
     EXPECT_NEAR(dc[i], w[i], c.scales[i / 3] / 2 + 1e-7);
     EXPECT_NEAR(dt[i], w[i], t.scales[0] / 2 + 1e-7);
   }
+}
+
+// Min-max round to nearest, measured by the shared distortion measure: every
+// element within half a step of its group's scale (the positive end of a
+// symmetric range is clipped by exactly half a step), and on Gaussian data a
+// relative RMSE that falls by about 2x per bit (uniform rounding error of
+// step / sqrt(12), step = 2 amax / (2^bits - 1)).
+TEST(Rtn, IntegerErrorWithinHalfAStep) {
+  const int64_t rows = 16, cols = 256;
+  const std::vector<float> w = gaussian(rows * cols, 5);
+  double previous = 1;
+  for (int bits = 2; bits <= 8; ++bits)
+    for (bool sym : {true, false})
+      for (QuantStrategy st : {QuantStrategy::Group, QuantStrategy::Channel, QuantStrategy::Tensor}) {
+        const QuantScheme s = QuantScheme::make(bits, sym, st, 64, DType::F32);
+        const QuantizedTensor q = quantize_rtn(w.data(), rows, cols, s);
+        const std::vector<float> dq = q.dequantize();
+        Distortion d;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t i = static_cast<size_t>(r * cols + c);
+            const int64_t g = st == QuantStrategy::Tensor ? 0 : st == QuantStrategy::Channel ? r : r * (cols / 64) + c / 64;
+            // Float rounding of the f32 scale and of (q - z) * scale adds at
+            // most 2 * 2^bits * 2^-24 scales: 2^-15 of half a step at 8 bits.
+            d.add(w[i], dq[i], q.scales[static_cast<size_t>(g)] / 2 * (1 + 0x1p-13));
+          }
+        SCOPED_TRACE(s.describe() + ": " + d.describe());
+        EXPECT_LE(d.worst_bound_ratio(), 1.0);
+        // Gaussian amax over 64..4096 values is 2.4..3.6 sigma: step / sqrt(12)
+        // relative to sigma lies in [1.3, 2.1] / (2^bits - 1).
+        const double levels = std::pow(2.0, bits) - 1;
+        EXPECT_LT(d.relative_rmse(), 2.3 / levels);
+        EXPECT_GT(d.relative_rmse(), 1.1 / levels);
+        if (st == QuantStrategy::Group && sym) {
+          EXPECT_LT(d.relative_rmse(), previous * 0.6);
+          previous = d.relative_rmse();
+        }
+      }
 }
 
 TEST(Rtn, InvalidSchemes) {

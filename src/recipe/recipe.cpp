@@ -25,6 +25,7 @@
 #include "core/did_you_mean.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "quantizers/quant_args.h"
 #include "recipe/recipe_internal.h"
 
 namespace qf {
@@ -317,12 +318,12 @@ class Parser {
   void parse_smoothquant(const Entry& mod, ModifierSpec& m);
   void parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
   std::string parse_actorder(const YAML::Node& n, const std::string& path);
+  QuantArgs quant_args(const Entries& a, const std::string& path);
+  [[noreturn]] void fail_args(const QuantArgsProblem& p, const Entries& a, const YAML::Node& n, const std::string& path);
   std::string parse_observer(const YAML::Node& n, const std::string& path);
   std::string parse_act_observer(const YAML::Node& n, const std::string& path);
   void check_static_act_observer(const std::string& name, const YAML::Node& n, const std::string& path);
   void parse_weight_observer_kwargs(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g);
-  void check_dtype_arg(const YAML::Node& n, const std::string& path, const std::vector<std::string>& accepted,
-                       const std::string& why);
 
   // The modifier's weight observer override (weight_observer / observer.weights)
   // while its config_groups are parsed: empty when none.
@@ -693,116 +694,17 @@ ModifierSpec::Group Parser::parse_scheme(const Entry& e, const std::string& path
 void Parser::parse_weights(const YAML::Node& n, const std::string& path, ModifierSpec::Group& g) {
   Entries a = entries(n, path, &kArgsKeys);
   reject_null(a, path, {"num_bits", "type", "symmetric", "dynamic", "observer_kwargs"});
+  ResolvedWeights r;
+  try {
+    r = resolve_weight_args(quant_args(a, path));
+  } catch (const QuantArgsProblem& p) {
+    fail_args(p, a, n, path);
+  }
   QuantScheme& w = g.weights;
-  // QuantizationArgs defaults: num_bits 8, type int, symmetric true.
-  bool is_float = false;
-  if (a.has("type")) {
-    const std::string t = lower(as_string(a.get("type"), path + ".type"));
-    if (t != "int" && t != "float") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
-    is_float = t == "float";
-  }
-  w.type = is_float ? QuantType::Float : QuantType::Int;
-  w.bits = 8;
-  if (a.has("num_bits")) {
-    const int64_t b = as_int(a.get("num_bits"), path + ".num_bits");
-    if (is_float && b != 8 && b != 4)
-      fail(a.get("num_bits"), path + ".num_bits: float weights have 8 (FP8 E4M3) or 4 (NVFP4) bits, got " + std::to_string(b),
-           ErrorKind::Unsupported);
-    if (b < 2 || b > 8) fail(a.get("num_bits"), path + ".num_bits: must be 2..8 for int weights, got " + std::to_string(b));
-    w.bits = static_cast<int>(b);
-  }
-  if (is_float) w.scale_dtype = w.bits == 4 ? DType::F8_E4M3 : DType::F16;
-  if (a.has("symmetric")) w.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
-
-  std::optional<int64_t> group_size;
-  if (a.has("group_size")) {
-    group_size = as_int(a.get("group_size"), path + ".group_size");
-    if (*group_size < -1 || *group_size == 0)
-      fail(a.get("group_size"), path + ".group_size: must be > 0 (strategy group) or -1 (channel), got " +
-                                    std::to_string(*group_size));
-  }
-  std::string strategy;
-  if (a.has("strategy")) {
-    const YAML::Node sn = a.get("strategy");
-    strategy = lower(as_string(sn, path + ".strategy"));
-    if (strategy == "block")
-      fail(sn, path + ".strategy: " + quote(strategy) + " is not supported yet (tensor, channel, group, tensor_group)",
-           ErrorKind::Unsupported);
-    if (strategy == "token" || strategy == "attn_head")
-      fail(sn, path + ".strategy: " + quote(strategy) + " applies to activations, not weights (tensor, channel, group)");
-    if (strategy == "tensor_group" && !(is_float && w.bits == 4))
-      fail(sn, path + ".strategy: 'tensor_group' is NVFP4's (type float, num_bits 4, group_size 16)", ErrorKind::Unsupported);
-    if (is_float && w.bits == 4 && strategy != "tensor_group")
-      fail(sn, path + ".strategy: 4-bit float weights are NVFP4: strategy tensor_group, group_size 16 (MXFP4 is not supported)",
-           ErrorKind::Unsupported);
-    if (strategy != "tensor" && strategy != "channel" && strategy != "group" && strategy != "tensor_group") {
-      const std::string c = closest_word(strategy, {"tensor", "channel", "group", "tensor_group"});
-      fail(sn, path + ".strategy: unknown strategy " + quote(strategy) + " (" +
-                   (c.empty() ? std::string("tensor, channel or group") : "did you mean " + quote(c) + "?") + ")");
-    }
-  } else {
-    // QuantizationArgs infers: no group_size -> tensor, > 0 -> group, -1 -> channel.
-    strategy = !group_size ? "tensor" : *group_size > 0 ? "group" : "channel";
-  }
-  const YAML::Node strategy_or_map = a.has("strategy") ? a.get("strategy") : n;
-  if (is_float && w.bits == 4 && strategy != "tensor_group")
-    fail(strategy_or_map, path + ": 4-bit float weights are NVFP4: strategy tensor_group, group_size 16", ErrorKind::Unsupported);
-  if (strategy == "tensor_group") {
-    if (!group_size || *group_size != 16)
-      fail(strategy_or_map, path + ": NVFP4 (tensor_group) needs group_size 16", ErrorKind::Unsupported);
-    w.strategy = QuantStrategy::TensorGroup;
-    w.group_size = 16;
-  } else if (strategy == "group") {
-    if (!group_size || *group_size <= 0)
-      fail(strategy_or_map, path + ": strategy 'group' needs a positive group_size (e.g. group_size: 128)");
-    w.strategy = QuantStrategy::Group;
-    w.group_size = *group_size;
-  } else {
-    if (group_size && *group_size > 0)
-      fail(a.get("group_size"), path + ".group_size: group_size " + std::to_string(*group_size) +
-                                    " needs strategy 'group' (strategy is " + quote(strategy) + ")");
-    w.strategy = strategy == "channel" ? QuantStrategy::Channel : QuantStrategy::Tensor;
-    w.group_size = 0;
-  }
-  if (a.has("block_structure"))
-    fail(a.get("block_structure"), path + ".block_structure: block quantization is not supported yet",
-         ErrorKind::Unsupported);
-  if (a.has("dynamic")) {
-    const YAML::Node d = a.get("dynamic");
-    if (d.IsScalar() && lower(d.Scalar()) == "local")
-      fail(d, path + ".dynamic: 'local' applies to NVFP4 activations, not weights");
-    if (as_bool(d, path + ".dynamic"))
-      fail(d, path + ".dynamic: dynamic weight quantization is not supported (weights are quantized once, statically)",
-           ErrorKind::Unsupported);
-  }
-  if (a.find("actorder")) {
-    g.actorder = parse_actorder(a.get("actorder"), path + ".actorder");
-    if (g.actorder == "group" && w.strategy != QuantStrategy::Group)
-      fail(a.get("actorder"), path + ".actorder: 'group' act-order needs strategy 'group'");
-  }
-  if (a.has("scale_dtype")) {
-    const YAML::Node sd = a.get("scale_dtype");
-    std::string t = as_string(sd, path + ".scale_dtype");
-    if (t.rfind("torch.", 0) == 0) t = t.substr(6);
-    if (t == "float16" || t == "half") w.scale_dtype = DType::F16;
-    else if (t == "bfloat16") w.scale_dtype = DType::BF16;
-    else if (t == "float32" || t == "float") w.scale_dtype = DType::F32;
-    else if (t == "float8_e4m3fn" && w.is_nvfp4()) w.scale_dtype = DType::F8_E4M3;
-    else if (t == "float8_e4m3fn" || t == "uint8" || t == "float8_e5m2")
-      fail(sd, path + ".scale_dtype: " + quote(t) + " scales are NVFP4's only (float16, bfloat16, float32 otherwise)",
-           ErrorKind::Unsupported);
-    else
-      fail(sd, path + ".scale_dtype: unknown dtype " + got(sd) + " (float16, bfloat16, float32)");
-    if (w.is_nvfp4() && w.scale_dtype != DType::F8_E4M3)
-      fail(sd, path + ".scale_dtype: NVFP4 block scales are float8_e4m3fn", ErrorKind::Unsupported);
-    g.scale_dtype_set = true;
-  }
-  if (w.is_nvfp4()) g.scale_dtype_set = true;
-  // compressed-tensors' default zero-point dtype: int8 for int weights (their
-  // zero points are stored as int8 / packed int32), e4m3 for float ones.
-  if (a.has("zp_dtype"))
-    check_dtype_arg(a.get("zp_dtype"), path + ".zp_dtype", {is_float ? "float8_e4m3fn" : "int8"},
-                    is_float ? "float weights have no zero point" : "integer zero points are written as int8");
+  w = r.scheme;
+  if (r.actorder) g.actorder = *r.actorder;
+  if (r.scale_dtype_given) g.scale_dtype_set = true;
+  const bool is_float = w.is_float();
   if (a.has("observer")) {
     g.observer = parse_observer(a.get("observer"), path + ".observer");
     if (g.observer == "mse" && is_float && weight_obs_override_.empty())
@@ -863,61 +765,23 @@ void Parser::parse_weight_observer_kwargs(const YAML::Node& n, const std::string
   }
 }
 
-// A dtype argument quantforge cannot choose: null, or one of `accepted`
-// (optionally "torch."-prefixed); anything else is Unsupported with `why`.
-void Parser::check_dtype_arg(const YAML::Node& n, const std::string& path, const std::vector<std::string>& accepted,
-                             const std::string& why) {
-  if (n.IsNull()) return;
-  std::string t = as_string(n, path);
-  if (t.rfind("torch.", 0) == 0) t = t.substr(6);
-  if (std::find(accepted.begin(), accepted.end(), t) == accepted.end())
-    fail(n, path + ": " + quote(t) + " is not supported (" + why + (accepted.empty() ? "" : "; accepted: " + join(accepted)) +
-                ")",
-         ErrorKind::Unsupported);
-}
-
-// input_activations / kv_cache_scheme QuantizationArgs. Defaults as
+// input_activations / kv_cache_scheme QuantizationArgs (resolved by
+// quantizers/quant_args.h) and their observers. Defaults as
 // compressed-tensors': num_bits 8, type int, symmetric true, dynamic false;
 // the strategy is inferred from group_size like weights (none -> tensor).
 ActivationScheme Parser::parse_activations(const YAML::Node& n, const std::string& path, bool kv_cache) {
   Entries a = entries(n, path, &kArgsKeys);
   reject_null(a, path, {"num_bits", "type", "symmetric", "dynamic", "observer_kwargs"});
   ActivationScheme s;
-  s.dynamic = false;
-  if (a.has("type")) {
-    const std::string t = lower(as_string(a.get("type"), path + ".type"));
-    if (t != "int" && t != "float") fail(a.get("type"), path + ".type: expected 'int' or 'float', got " + got(a.get("type")));
-    s.type = t == "float" ? QuantType::Float : QuantType::Int;
+  try {
+    s = resolve_activation_args(quant_args(a, path), kv_cache);
+  } catch (const QuantArgsProblem& p) {
+    fail_args(p, a, n, path);
   }
-  if (a.has("num_bits")) s.bits = static_cast<int>(as_int(a.get("num_bits"), path + ".num_bits"));
-  if (a.has("symmetric")) s.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
-  std::optional<int64_t> group_size;
-  if (a.has("group_size")) group_size = as_int(a.get("group_size"), path + ".group_size");
-  std::string strategy;
-  if (a.has("strategy")) {
-    strategy = lower(as_string(a.get("strategy"), path + ".strategy"));
-  } else {
-    strategy = !group_size ? "tensor" : *group_size > 0 ? "group" : "channel";
-  }
-  const YAML::Node at = a.has("strategy") ? a.get("strategy") : n;
-  if (a.has("dynamic")) {
-    const YAML::Node d = a.get("dynamic");
-    if (d.IsScalar() && lower(d.Scalar()) == "local") {
-      if (!(s.type == QuantType::Float && s.bits == 4))
-        fail(d, path + ".dynamic: 'local' is for NVFP4 activations (type float, num_bits 4, strategy tensor_group)");
-      s.dynamic = true;
-    } else {
-      s.dynamic = as_bool(d, path + ".dynamic");
-    }
-  }
-  if (a.has("block_structure") && !a.get("block_structure").IsNull())
-    fail(a.get("block_structure"), path + ".block_structure: block activation scales are not supported", ErrorKind::Unsupported);
-  if (a.has("actorder") && !a.get("actorder").IsNull())
-    fail(a.get("actorder"), path + ".actorder: act-order applies to weights");
   // Static scales (and NVFP4's global scale, and the KV cache's) are the
   // running min/max over every calibration sample: static_minmax. Dynamic
   // activations have no observer (llm-compressor drops it): names are checked.
-  const bool calibrated = kv_cache || !s.dynamic || (s.type == QuantType::Float && s.bits == 4);
+  const bool calibrated = kv_cache || s.needs_calibration();
   if (a.has("observer")) {
     const std::string o = parse_act_observer(a.get("observer"), path + ".observer");
     if (calibrated) check_static_act_observer(o, a.get("observer"), path + ".observer");
@@ -928,47 +792,36 @@ ActivationScheme Parser::parse_activations(const YAML::Node& n, const std::strin
       fail(kw.items.front().key_node, path + ".observer_kwargs: unknown key " + quote(kw.items.front().key) +
                                           " (static_minmax, the observer of calibrated scales, takes no arguments)");
   }
-  const bool fp4 = s.type == QuantType::Float && s.bits == 4;
-  if (a.has("scale_dtype"))
-    check_dtype_arg(a.get("scale_dtype"), path + ".scale_dtype", fp4 ? std::vector<std::string>{"float8_e4m3fn"} : std::vector<std::string>{},
-                    fp4 ? "NVFP4 block scales are float8_e4m3fn" : "input and KV-cache scales are stored in the model's dtype");
-  if (a.has("zp_dtype"))
-    check_dtype_arg(a.get("zp_dtype"), path + ".zp_dtype", {s.type == QuantType::Float ? "float8_e4m3fn" : "int8"},
-                    s.type == QuantType::Float ? "float activations have no zero point" : "zero points are int8");
-  if (strategy == "token") s.strategy = QuantStrategy::Token;
-  else if (strategy == "tensor") s.strategy = QuantStrategy::Tensor;
-  else if (strategy == "tensor_group") s.strategy = QuantStrategy::TensorGroup, s.group_size = group_size.value_or(0);
-  else if (strategy == "channel" || strategy == "group" || strategy == "block" || strategy == "attn_head")
-    fail(at, path + ".strategy: " + quote(strategy) + " activation scales are not supported (token, tensor, tensor_group)",
-         ErrorKind::Unsupported);
-  else
-    fail(at, path + ".strategy: unknown strategy " + quote(strategy) + " (token, tensor or tensor_group)");
-  if (kv_cache) {
-    if (!(s.type == QuantType::Float && s.bits == 8 && s.strategy == QuantStrategy::Tensor && !s.dynamic && s.symmetric))
-      fail(n, path + ": only FP8 E4M3 KV caches with static per-tensor scales are supported (num_bits: 8, type: float, "
-                     "strategy: tensor, dynamic: false)",
-           ErrorKind::Unsupported);
-    return s;
-  }
-  if (s.type == QuantType::Int && s.bits != 8)
-    fail(a.has("num_bits") ? a.get("num_bits") : n,
-         path + ".num_bits: integer activations are quantized to 8 bits only, not " + std::to_string(s.bits),
-         ErrorKind::Unsupported);
-  if (s.type == QuantType::Float && s.bits != 8 && s.bits != 4)
-    fail(a.has("num_bits") ? a.get("num_bits") : n,
-         path + ".num_bits: float activations are FP8 (8) or NVFP4 (4), not " + std::to_string(s.bits), ErrorKind::Unsupported);
-  if (s.is_nvfp4() && (s.strategy != QuantStrategy::TensorGroup || s.group_size != 16 || !s.dynamic))
-    fail(n, path + ": NVFP4 activations are strategy tensor_group, group_size 16, dynamic local", ErrorKind::Unsupported);
-  if (!s.is_nvfp4() && s.strategy == QuantStrategy::TensorGroup)
-    fail(at, path + ".strategy: tensor_group activations are NVFP4's (type float, num_bits 4)", ErrorKind::Unsupported);
-  if (s.strategy == QuantStrategy::Token && !s.dynamic)
-    fail(n, path + ": per-token activation scales are dynamic (set dynamic: true, or strategy: tensor for static scales)");
-  if (s.strategy == QuantStrategy::Tensor && s.dynamic)
-    fail(n, path + ": dynamic per-tensor activation scales are not supported (use strategy: token)", ErrorKind::Unsupported);
-  if (s.type == QuantType::Float && !s.symmetric) fail(n, path + ": float activations are symmetric");
-  if (s.strategy == QuantStrategy::Token && !s.symmetric)
-    fail(n, path + ": asymmetric per-token activations are not supported", ErrorKind::Unsupported);
   return s;
+}
+
+// The QuantizationArgs keys of a weights / input_activations /
+// kv_cache_scheme mapping, each read as its type (quantizers/quant_args.h
+// gives them their meaning).
+QuantArgs Parser::quant_args(const Entries& a, const std::string& path) {
+  QuantArgs q;
+  if (a.has("type")) q.type = as_string(a.get("type"), path + ".type");
+  if (a.has("num_bits")) q.num_bits = as_int(a.get("num_bits"), path + ".num_bits");
+  if (a.has("symmetric")) q.symmetric = as_bool(a.get("symmetric"), path + ".symmetric");
+  if (a.has("group_size")) q.group_size = as_int(a.get("group_size"), path + ".group_size");
+  if (a.has("strategy")) q.strategy = as_string(a.get("strategy"), path + ".strategy");
+  if (a.has("dynamic")) {
+    const YAML::Node d = a.get("dynamic");
+    q.dynamic = d.IsScalar() && lower(d.Scalar()) == "local" ? "local" : as_bool(d, path + ".dynamic") ? "true" : "false";
+  }
+  if (a.find("actorder")) q.actorder = parse_actorder(a.get("actorder"), path + ".actorder");
+  if (a.has("scale_dtype")) q.scale_dtype = as_string(a.get("scale_dtype"), path + ".scale_dtype");
+  if (a.has("zp_dtype")) q.zp_dtype = as_string(a.get("zp_dtype"), path + ".zp_dtype");
+  q.block_structure = a.has("block_structure");
+  return q;
+}
+
+// A problem the resolver found, at its key when the mapping has it, else at
+// the mapping.
+void Parser::fail_args(const QuantArgsProblem& p, const Entries& a, const YAML::Node& n, const std::string& path) {
+  const std::string key = quant_arg_key(p.arg);
+  if (!key.empty() && a.has(key)) fail(a.get(key), path + "." + key + ": " + p.message, p.kind);
+  fail(n, path + ": " + p.message, p.kind);
 }
 
 void Parser::parse_awq_args(const Entries& a, ModifierSpec& m) {
@@ -1046,8 +899,7 @@ std::string Parser::parse_actorder(const YAML::Node& n, const std::string& path)
     const std::string s = lower(n.Scalar());
     if (!quoted(n) && (s == "true" || s == "yes" || s == "on")) return "group";
     if (!quoted(n) && (s == "false" || s == "no" || s == "off")) return "";
-    if (s == "weight" || s == "static") return "weight";
-    if (s == "group" || s == "dynamic") return "group";
+    if (const auto c = canonical_actorder(s)) return *c;
   }
   fail(n, path + ": expected static, weight, group, dynamic, true, false or null, got " + got(n));
 }

@@ -469,7 +469,7 @@ TEST(Recipe, ErrorImpossibleCombinations) {
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
                "          targets: [Linear]\n          weights: {num_bits: 4, strategy: group}\n",
                ErrorKind::InvalidInput,
-               "r.yaml:7:44: GPTQModifier.config_groups.group_0.weights: strategy 'group' needs a positive group_size "
+               "r.yaml:7:44: GPTQModifier.config_groups.group_0.weights.strategy: 'group' needs a positive group_size "
                "(e.g. group_size: 128)");
   expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      config_groups:\n        group_0:\n"
                "          targets: [Linear]\n          weights: {num_bits: 4, group_size: 0}\n",

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "quantizers/distortion.h"
 #include "test_util.h"
 
 namespace qf::rt {
@@ -35,7 +36,7 @@ double roundtrip_error(KvDType t) {
       vs.push_back(randn(static_cast<size_t>(kv), static_cast<uint32_t>(1000 + p * 2 + l)));
       c.store(l, seq, p, ks.back().data(), vs.back().data());
     }
-  double err = 0, mag = 0;
+  Distortion dist;  // the shared measure, over every K and V element
   std::vector<float> out(16), kr(40 * 16), vc(40 * 16);
   for (int64_t l = 0; l < 2; ++l)
     for (int64_t h = 0; h < 3; ++h) {
@@ -47,13 +48,12 @@ double roundtrip_error(KvDType t) {
         c.load_k(l, seq, p, h, out.data());
         for (int64_t d = 0; d < 16; ++d) {
           EXPECT_EQ(out[d], kr[p * 16 + d]);
-          err = std::max(err, static_cast<double>(std::fabs(out[d] - k[h * 16 + d])));
-          err = std::max(err, static_cast<double>(std::fabs(vc[d * 40 + p] - v[h * 16 + d])));
-          mag = std::max(mag, static_cast<double>(std::fabs(k[h * 16 + d])));
+          dist.add(k[h * 16 + d], out[d]);
+          dist.add(v[h * 16 + d], vc[d * 40 + p]);
         }
       }
     }
-  return err / mag;
+  return dist.max_abs_error() / dist.max_abs_original();  // NaN (a failed check) if any value is not finite
 }
 
 TEST(KvCache, RoundTripErrorByType) {
