@@ -20,39 +20,33 @@ class CaptureObserver final : public rt::LinearObserver {
  public:
   CaptureObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians, bool ranges)
       : pool_(pool), ranges_(ranges) {
-    if (hessians) attn.emplace(hidden), o.emplace(q_dim), mlp.emplace(hidden), down.emplace(ffn);
+    if (hessians) h_[Q].emplace(hidden), h_[O].emplace(q_dim), h_[Gate].emplace(hidden), h_[Down].emplace(ffn);
   }
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
-    std::optional<HessianAccumulator>* h = nullptr;
-    switch (slot) {
-      case Q: h = &attn; break;
-      case O: h = &o; break;
-      case Gate: h = &mlp; break;
-      case Down: h = &down; break;
-      default: return;
-    }
+    if (slot == LmHead || input_of(slot) != slot) return;
     if (ranges_) {
       auto& r = range_[slot];
       for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
     }
-    if (*h) (*h)->add(x, n, in, pool_);
+    if (h_[slot]) h_[slot]->add(x, n, in, pool_);
   }
   // The input range of a Linear's slot (0, 0 when ranges are not observed).
-  std::pair<float, float> range(Slot s) const { return range_[s == K || s == V ? Q : s == Up ? Gate : s]; }
+  std::pair<float, float> range(Slot s) const { return range_[input_of(s)]; }
   // Once the layer's calibration pass is over: applies every Hessian's last
   // rows, so that the q/k/v (or gate/up) solves may read one at once.
   void finish() {
-    for (std::optional<HessianAccumulator>* h : {&attn, &o, &mlp, &down})
-      if (*h) (*h)->finish(&pool_);
+    for (auto& h : h_)
+      if (h) h->finish(&pool_);
   }
   // The Hessian of a Linear's input, or nullptr without Hessians (finished).
   const HessianAccumulator* hessian(Slot s) const {
-    const std::optional<HessianAccumulator>& h = s == O ? o : s == Gate || s == Up ? mlp : s == Down ? down : attn;
+    const std::optional<HessianAccumulator>& h = h_[input_of(s)];
     return h ? &*h : nullptr;
   }
 
  private:
-  std::optional<HessianAccumulator> attn, o, mlp, down;
+  // By the slot of the input (Q, O, Gate, Down; see input_of).
+  std::optional<HessianAccumulator> h_[8];
   std::pair<float, float> range_[8] = {};
   ThreadPool& pool_;
   bool ranges_;

@@ -105,14 +105,8 @@ class Capture final : public rt::LinearObserver {
   // keep: the slots whose rows are kept (Q, O, Gate, Down).
   Capture(std::vector<Slot> keep, int64_t step) : keep_(std::move(keep)), step_(std::max<int64_t>(1, step)) {}
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
-    Stat* st = nullptr;
-    switch (slot) {
-      case Q: st = &q; break;
-      case O: st = &o; break;
-      case Gate: st = &gate; break;
-      case Down: st = &down; break;
-      default: return;
-    }
+    if (slot == LmHead || input_of(slot) != slot) return;
+    Stat* st = slot == Q ? &q : slot == O ? &o : slot == Gate ? &gate : &down;
     const bool keep_rows = std::find(keep_.begin(), keep_.end(), slot) != keep_.end();
     if (st->in == 0) st->in = in, st->abs_sum.assign(static_cast<size_t>(in), 0.0), st->abs_max.assign(static_cast<size_t>(in), 0.0);
     for (int64_t t = 0; t < n; ++t) {

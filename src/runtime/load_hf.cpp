@@ -76,13 +76,11 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
       l.q_norm = r.vec(p + "self_attn.q_norm.weight");
       l.k_norm = r.vec(p + "self_attn.k_norm.weight");
     }
-    l.q = r.linear(p + "self_attn.q_proj", qkv_bias);
-    l.k = r.linear(p + "self_attn.k_proj", qkv_bias);
-    l.v = r.linear(p + "self_attn.v_proj", qkv_bias);
-    l.o = r.linear(p + "self_attn.o_proj", o_bias);
-    l.gate = r.linear(p + "mlp.gate_proj", c.mlp_bias);
-    l.up = r.linear(p + "mlp.up_proj", c.mlp_bias);
-    l.down = r.linear(p + "mlp.down_proj", c.mlp_bias);
+    for (const LayerLinear& ll : kLayerLinears) {
+      const bool attn_in = ll.slot == LinearObserver::Q || ll.slot == LinearObserver::K || ll.slot == LinearObserver::V;
+      const bool bias = attn_in ? qkv_bias : ll.slot == LinearObserver::O ? o_bias : c.mlp_bias;
+      l.*ll.member = r.linear(p + ll.name, bias);
+    }
     w.layers.push_back(std::move(l));
     if (opened.kv_scales) {
       const KvScales kv = format->read_kv_scales(*r.ck, i);

@@ -25,6 +25,21 @@ void check_linear(const std::shared_ptr<Linear>& l, int64_t out, int64_t in, con
 
 }  // namespace
 
+LinearShape layer_linear_shape(const ModelConfig& c, LinearObserver::Slot slot) {
+  const int64_t h = c.hidden_size;
+  switch (slot) {
+    case LinearObserver::Q: return {c.q_dim(), h};
+    case LinearObserver::K:
+    case LinearObserver::V: return {c.kv_dim(), h};
+    case LinearObserver::O: return {h, c.q_dim()};
+    case LinearObserver::Gate:
+    case LinearObserver::Up: return {c.intermediate_size, h};
+    case LinearObserver::Down: return {h, c.intermediate_size};
+    case LinearObserver::LmHead: return {c.vocab_size, h};
+  }
+  throw Error(ErrorKind::Internal, "layer_linear_shape: unknown slot");
+}
+
 Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path source)
     : config_(std::move(config)), w_(std::move(weights)), source_(std::move(source)) {
   const ModelConfig& c = config_;
@@ -50,13 +65,10 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
       check_vec(l.q_norm, c.head_dim, p + "self_attn.q_norm.weight");
       check_vec(l.k_norm, c.head_dim, p + "self_attn.k_norm.weight");
     }
-    check_linear(l.q, c.q_dim(), h, p + "self_attn.q_proj.weight");
-    check_linear(l.k, c.kv_dim(), h, p + "self_attn.k_proj.weight");
-    check_linear(l.v, c.kv_dim(), h, p + "self_attn.v_proj.weight");
-    check_linear(l.o, h, c.q_dim(), p + "self_attn.o_proj.weight");
-    check_linear(l.gate, c.intermediate_size, h, p + "mlp.gate_proj.weight");
-    check_linear(l.up, c.intermediate_size, h, p + "mlp.up_proj.weight");
-    check_linear(l.down, h, c.intermediate_size, p + "mlp.down_proj.weight");
+    for (const LayerLinear& ll : kLayerLinears) {
+      const LinearShape shape = layer_linear_shape(c, ll.slot);
+      check_linear(l.*ll.member, shape.out, shape.in, p + ll.name + ".weight");
+    }
   }
   if (w_.k_scale.size() != w_.v_scale.size() ||
       (!w_.k_scale.empty() && static_cast<int64_t>(w_.k_scale.size()) != c.num_hidden_layers))

@@ -53,6 +53,10 @@ class LinearObserver {
   virtual ~LinearObserver() = default;
   enum Slot { Q, K, V, O, Gate, Up, Down, LmHead };
   virtual void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) = 0;
+  // The slot whose input `s` reads: K and V read Q's, Up reads Gate's, the
+  // others their own. Observers that want each distinct input once (Hessians,
+  // smoothing statistics) keep the slots with input_of(s) == s.
+  static constexpr Slot input_of(Slot s) { return s == K || s == V ? Q : s == Up ? Gate : s; }
   // K (after RoPE and, for qwen3, k_norm: what the cache stores) and V of n
   // tokens, n rows of kv_dim floats each. KV-cache calibration uses it.
   virtual void observe_kv(int64_t /*layer*/, const float* /*k*/, const float* /*v*/, int64_t /*n*/, int64_t /*kv_dim*/) {}
@@ -71,6 +75,12 @@ inline constexpr LayerLinear kLayerLinears[] = {
     {"self_attn.v_proj", &LayerWeights::v, LinearObserver::V},     {"self_attn.o_proj", &LayerWeights::o, LinearObserver::O},
     {"mlp.gate_proj", &LayerWeights::gate, LinearObserver::Gate}, {"mlp.up_proj", &LayerWeights::up, LinearObserver::Up},
     {"mlp.down_proj", &LayerWeights::down, LinearObserver::Down}};
+
+// The [out, in] shape of a decoder layer's Linear in slot `slot` (Q..Down).
+struct LinearShape {
+  int64_t out, in;
+};
+LinearShape layer_linear_shape(const ModelConfig& c, LinearObserver::Slot slot);
 
 // Tokens to run in one forward pass. Tokens of one sequence must come in
 // increasing position order; each attends to its sequence's cached positions
