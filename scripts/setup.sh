@@ -12,7 +12,8 @@ packages=(
   cmake g++ make pkg-config
   libeigen3-dev nlohmann-json3-dev libcli11-dev libzstd-dev libyaml-cpp-dev
   libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
-  python3-dev python3-numpy python3-pytest
+  python3-dev python3-numpy python3-pytest python3-tqdm
+  python3-matplotlib python3-nbclient python3-nbformat python3-ipykernel
 )
 for arg in "$@"; do
   case "$arg" in

@@ -1,8 +1,6 @@
 // quantforge bench MODEL [-p 512] [-n 128] [--batch B] [--kv-dtype f16|f8|int8] [--reps R] [--json OUT]
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
 #include "flags.h"
 #include "core/error.h"
@@ -43,26 +41,7 @@ void run_bench(const BenchOpts& o) {
               mib(r.kv_bytes_used), static_cast<unsigned long long>(r.kv_bytes_per_token));
   std::printf("peak RSS         %.1f MiB\n", mib(r.peak_rss_bytes));
   if (!o.json_out.empty()) {
-    nlohmann::ordered_json j = {{"model", o.model},
-                                {"weight_format", model->weight_format()},
-                                {"parameters", model->parameter_count()},
-                                {"prompt", r.prompt},
-                                {"gen", r.gen},
-                                {"batch", r.batch},
-                                {"kv_dtype", r.kv_dtype},
-                                {"threads", r.threads},
-                                {"simd", r.simd},
-                                {"prefill_tokens_per_s", r.prefill_tokens_per_s},
-                                {"decode_tokens_per_s", r.decode_tokens_per_s},
-                                {"ttft_seconds", r.ttft_seconds},
-                                {"kv_bytes_reserved", r.kv_bytes_reserved},
-                                {"kv_bytes_used", r.kv_bytes_used},
-                                {"kv_bytes_per_token", r.kv_bytes_per_token},
-                                {"peak_rss_bytes", r.peak_rss_bytes},
-                                {"weight_bytes_per_step", r.weight_bytes_per_step},
-                                {"copy_bandwidth_bytes_per_s", r.copy_bandwidth_bytes_per_s},
-                                {"decode_bound_tokens_per_s", r.decode_bound_tokens_per_s}};
-    write_output_file(o.json_out, j.dump(2) + "\n");
+    write_output_file(o.json_out, eval::bench_report(o.model, *model, r).dump(2) + "\n");
   }
 }
 

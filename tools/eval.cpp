@@ -4,14 +4,13 @@
 #include <cstdio>
 #include <optional>
 
-#include <nlohmann/json.hpp>
-
 #include "commands.h"
 #include "flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
 #include "core/text_input.h"
+#include "eval/eval_run.h"
 #include "eval/perplexity.h"
 #include "runtime/cpu/kernels.h"
 
@@ -53,78 +52,29 @@ std::string table(const EvalOpts& o, const eval::EvalResult& r) {
   return s;
 }
 
-nlohmann::ordered_json report(const EvalOpts& o, const eval::EvalResult& r, const std::vector<std::string>& fails) {
-  nlohmann::ordered_json j = {{"model", o.model},
-                              {"text", o.text},
-                              {"mode", r.mode},
-                              {"ctx", r.ctx},
-                              {"spans", r.spans},
-                              {"tokens_scored", r.tokens_scored},
-                              {"tokens_processed", r.tokens_processed},
-                              {"nll", r.nll_mean},
-                              {"ppl", r.ppl},
-                              {"ppl_stderr", r.ppl_stderr},
-                              {"seconds", r.seconds},
-                              {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
-                              {"kv_dtype", o.kv},
-                              {"simd", rt::simd_level_name(rt::simd_level())}};
-  const std::vector<std::string> problems = eval::measurement_problems(r);
-  j["valid"] = problems.empty();
-  j["problems"] = problems;
-  j["nonfinite_tokens"] = r.nonfinite_tokens;
-  if (r.has_baseline) {
-    j["baseline"] = {{"model", o.baseline},     {"nll", r.base_nll_mean}, {"ppl", r.base_ppl},
-                     {"seconds", r.base_seconds}, {"nonfinite_tokens", r.base_nonfinite_tokens}};
-    j["ppl_delta"] = r.ppl_delta;
-    j["ppl_ratio"] = r.ppl_ratio;
-    j["kld"] = {{"mean", r.kld_mean}, {"p99", r.kld_p99}, {"max", r.kld_max}};
-    j["top1_agreement"] = r.top1_agreement;
-  }
-  nlohmann::ordered_json gate = nlohmann::ordered_json::object();
-  if (o.max_delta) gate["max_ppl_delta"] = *o.max_delta;
-  if (o.max_ratio) gate["max_ppl_ratio"] = *o.max_ratio;
-  if (o.max_kld) gate["max_kld"] = *o.max_kld;
-  if (!gate.empty()) {
-    gate["passed"] = fails.empty();
-    gate["failures"] = fails;
-    j["gate"] = gate;
-  }
-  return j;
-}
-
 void run_eval(const EvalOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
-  eval::Gate gate{o.max_delta, o.max_ratio, o.max_kld};
-  if (gate.any() && o.baseline.empty())
+  eval::EvalRequest req;
+  req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.kv = o.kv;
+  req.gate = eval::Gate{o.max_delta, o.max_ratio, o.max_kld};
+  if (req.gate.any() && o.baseline.empty())
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
-  eval::PplOptions p;
-  p.mode = eval::parse_ppl_mode(o.mode);
-  p.ctx = o.ctx;
-  p.bos_per_line = o.bos_per_line;
-  p.keep_tail = o.keep_tail;
-  p.max_spans = o.max_chunks;
-  p.kv_dtype = rt::parse_kv_dtype(o.kv);
+  req.ppl.mode = eval::parse_ppl_mode(o.mode);
+  req.ppl.ctx = o.ctx;
+  req.ppl.bos_per_line = o.bos_per_line;
+  req.ppl.keep_tail = o.keep_tail;
+  req.ppl.max_spans = o.max_chunks;
+  rt::parse_kv_dtype(o.kv);  // a bad --kv-dtype is a usage error before any work
   if (!o.json_out.empty())
     check_output_file(o.json_out, {model_input(o.model), model_input(o.baseline), o.text}, true, true, "--json");
-  const std::string text = read_text_input(o.text);
-  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
-  std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
-  std::unique_ptr<rt::Model> base;
-  if (!o.baseline.empty()) {
-    base = rt::load_model(o.baseline);
-    std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
-    if (btok->vocab().tokens != tok->vocab().tokens)
-      throw invalid_input(o.baseline, "its tokenizer differs from the evaluated model's; a baseline must share the vocabulary");
-  }
-  int64_t max_ctx = model->max_context();
-  if (base && base->max_context() > 0) max_ctx = max_ctx > 0 ? std::min(max_ctx, base->max_context()) : base->max_context();
-  std::vector<eval::Span> spans = eval::make_spans(*tok, text, p, max_ctx, o.text);
-  Progress progress("eval", spans.size(), "spans");
-  eval::EvalResult r = eval::evaluate(*model, base.get(), spans, p, pool,
-                                      [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
-  progress.finish();
-  const std::vector<std::string> fails = eval::check_gate(gate, r);
+  std::optional<Progress> progress;
+  const eval::EvalRun run = eval::run_eval(req, pool, [&](int64_t done, int64_t total) {
+    if (!progress) progress.emplace("eval", static_cast<uint64_t>(total), "spans");
+    progress->set(static_cast<uint64_t>(done));
+  });
+  if (progress) progress->finish();
+  const eval::EvalResult& r = run.result;
   const std::string t = table(o, r);
   std::fwrite(t.data(), 1, t.size(), stdout);
   const std::vector<std::string> problems = eval::measurement_problems(r);
@@ -132,15 +82,15 @@ void run_eval(const EvalOpts& o) {
     std::string msg;
     for (const auto& p : problems) msg += (msg.empty() ? "" : "; ") + p;
     std::printf("INVALID    %s\n", msg.c_str());
-    if (!gate.any()) std::fprintf(stderr, "quantforge: warning: the measurement is not valid: %s\n", msg.c_str());
+    if (!req.gate.any()) std::fprintf(stderr, "quantforge: warning: the measurement is not valid: %s\n", msg.c_str());
   }
-  if (!o.json_out.empty()) write_output_file(o.json_out, report(o, r, fails).dump(2) + "\n");
-  if (!fails.empty()) {
+  if (!o.json_out.empty()) write_output_file(o.json_out, run.report.dump(2) + "\n");
+  if (!run.failures.empty()) {
     std::string msg;
-    for (const auto& f : fails) msg += (msg.empty() ? "" : "; ") + f;
+    for (const auto& f : run.failures) msg += (msg.empty() ? "" : "; ") + f;
     throw Error(ErrorKind::GateFailed, msg);
   }
-  if (gate.any()) std::printf("gate       passed\n");
+  if (req.gate.any()) std::printf("gate       passed\n");
 }
 
 }  // namespace

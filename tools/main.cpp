@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   qf::cli::register_bench(app);
   qf::cli::register_imatrix(app);
   qf::cli::register_quantize(app);
+  qf::cli::register_report(app);
   try {
     try {
       app.parse(argc, argv);

@@ -1,5 +1,6 @@
-// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT]
+// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT] [--json]
 #include <cstdio>
+#include <optional>
 
 #include "calibration/activation_store.h"
 #include "calibration/quantize_model.h"
@@ -9,6 +10,7 @@
 #include "core/io.h"
 #include "core/progress.h"
 #include "core/text_input.h"
+#include "eval/eval_run.h"
 #include "eval/perplexity.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
@@ -19,8 +21,21 @@ namespace {
 struct QuantizeOpts {
   std::string model, recipe, out, calib, eval_text, max_memory;
   int threads = 0;
-  bool allow_nonfinite = false;
+  int64_t eval_chunks = 0;
+  bool allow_nonfinite = false, json = false;
 };
+
+// The command as given, for the report (paths as typed).
+std::string invocation(const QuantizeOpts& o) {
+  std::string s = "quantforge quantize " + o.model + " --recipe " + o.recipe + " -o " + o.out;
+  if (!o.calib.empty()) s += " --calib " + o.calib;
+  if (!o.eval_text.empty()) s += " --eval " + o.eval_text;
+  if (o.eval_chunks) s += " --eval-chunks " + std::to_string(o.eval_chunks);
+  if (!o.max_memory.empty()) s += " --max-memory " + o.max_memory;
+  if (o.threads) s += " --threads " + std::to_string(o.threads);
+  if (o.allow_nonfinite) s += " --allow-nonfinite";
+  return s;
+}
 
 void run_quantize(const QuantizeOpts& o) {
   std::unique_ptr<ThreadPool> holder;
@@ -29,24 +44,46 @@ void run_quantize(const QuantizeOpts& o) {
   auto log = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "%s\n", s.c_str());
   };
-  const uint64_t max_memory = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
-  const QuantizeSummary s = quantize_model({o.model, o.recipe, o.out, o.calib, max_memory, o.allow_nonfinite}, pool, log);
-  std::printf("quantized %lld linears in %lld layers with %s (%lld calibration samples, %lld tokens) in %.1f s\n",
-              static_cast<long long>(s.linears), static_cast<long long>(s.layers), s.method.c_str(),
-              static_cast<long long>(s.samples), static_cast<long long>(s.tokens), s.seconds);
-  std::printf("relative output error: mean %.4g, max %.4g\n", s.mean_error, s.max_error);
-  std::printf("wrote %s (%s, %.2f MiB); peak RSS %.1f MiB%s\n", o.out.c_str(), s.format.c_str(),
-              static_cast<double>(s.output_bytes) / 1048576.0, static_cast<double>(s.peak_rss_bytes) / 1048576.0,
-              s.spilled ? ", calibration activations spilled to disk" : "");
+  QuantizeJob job;
+  job.model = o.model;
+  job.recipe = o.recipe;
+  job.out = o.out;
+  job.calib = o.calib;
+  job.max_memory_bytes = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
+  job.allow_nonfinite = o.allow_nonfinite;
+  job.invocation = invocation(o);
+  std::optional<eval::EvalResult> evaluated;
   if (!o.eval_text.empty()) {
-    auto qm = rt::load_model(o.out);
-    auto base = rt::load_model(o.model);
-    auto tok = load_tokenizer(qm->source());
-    eval::PplOptions p;
-    const auto spans = eval::make_spans(*tok, read_text_input(o.eval_text), p, qm->max_context(), o.eval_text);
-    const eval::EvalResult r = eval::evaluate(*qm, base.get(), spans, p, pool);
-    std::printf("eval %s: perplexity %.4f (baseline %.4f, delta %+.4f), mean KLD %.6f, top-1 %.2f%%\n",
-                o.eval_text.c_str(), r.ppl, r.base_ppl, r.ppl_delta, r.kld_mean, 100.0 * r.top1_agreement);
+    job.evaluate = [&](const std::filesystem::path& staged) {
+      eval::EvalRequest req;
+      req.model = staged.string();
+      req.text = o.eval_text;
+      req.baseline = o.model;
+      req.ppl.max_spans = o.eval_chunks;
+      eval::EvalRun run = eval::run_eval(req, pool);
+      run.report["model"] = o.out;
+      evaluated = run.result;
+      return run.report;
+    };
+  }
+  const QuantizeSummary s = quantize_model(job, pool, log);
+  if (o.json) {
+    const std::string text = s.report.dump(2) + "\n";
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    std::printf("quantized %lld linears in %lld layers with %s (%lld calibration samples, %lld tokens) in %.1f s\n",
+                static_cast<long long>(s.linears), static_cast<long long>(s.layers), s.method.c_str(),
+                static_cast<long long>(s.samples), static_cast<long long>(s.tokens), s.seconds);
+    std::printf("relative output error: mean %.4g, max %.4g\n", s.mean_error, s.max_error);
+    std::printf("wrote %s (%s, %.2f MiB); peak RSS %.1f MiB%s\n", o.out.c_str(), s.format.c_str(),
+                static_cast<double>(s.output_bytes) / 1048576.0, static_cast<double>(s.peak_rss_bytes) / 1048576.0,
+                s.spilled ? ", calibration activations spilled to disk" : "");
+  }
+  if (evaluated) {
+    const eval::EvalResult& r = *evaluated;
+    if (!o.json)
+      std::printf("eval %s: perplexity %.4f (baseline %.4f, delta %+.4f), mean KLD %.6f, top-1 %.2f%%\n",
+                  o.eval_text.c_str(), r.ppl, r.base_ppl, r.ppl_delta, r.kld_mean, 100.0 * r.top1_agreement);
     for (const std::string& p : eval::measurement_problems(r))
       std::fprintf(stderr, "quantforge: warning: the evaluation is not valid: %s\n", p.c_str());
   }
@@ -62,8 +99,11 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("-o,--output", o->out, "output folder (must not exist, or be empty)")->required();
   cmd->add_option("--calib", o->calib, "calibration text (.txt) or .jsonl (overrides the recipe's calibration.dataset)");
   cmd->add_option("--eval", o->eval_text, "evaluate the result against MODEL on this text afterwards");
+  cmd->add_option("--eval-chunks", o->eval_chunks, "--eval: score only the first N chunks (default: all)")
+      ->check(int_at_least(1));
   cmd->add_option("--max-memory", o->max_memory, "memory for the calibration activations (e.g. 512M, 8G); beyond it they spill to disk, zstd-compressed");
   add_threads_option(cmd, o->threads);
+  cmd->add_flag("--json", o->json, "print quantization_report.json (written into the output) instead of the summary");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "quantize even when a weight or calibration statistic is NaN or infinite");
   cmd->callback([o] { run_quantize(*o); });
 }

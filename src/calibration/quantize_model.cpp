@@ -14,6 +14,7 @@
 #include "calibration/smoothing.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "core/version.h"
 #include "eval/bench.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/manifest.h"
@@ -86,6 +87,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   const CheckpointFormat& format = *plan.format;
 
   std::vector<std::vector<int32_t>> samples;
+  fs::path calib_used;  // absolute, when calibration data was read
   if (plan.needs_calibration) {
     // A relative calibration.dataset is relative to the recipe file.
     fs::path calib = job.calib;
@@ -104,9 +106,11 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       throw invalid_input(recipe.source, "calibration.seq_len " + std::to_string(co.seq_len) + " exceeds the model's context " +
                                              std::to_string(model->max_context()));
     samples = load_calibration(calib, *tok, co);
+    calib_used = fs::absolute(calib).lexically_normal();
   }
 
   QuantizeSummary sum;
+  nlohmann::ordered_json linear_reports = nlohmann::ordered_json::array();
   sum.format = format.name();
   sum.method = plan.method;
   sum.samples = static_cast<int64_t>(samples.size());
@@ -194,13 +198,31 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       sum.max_error = std::max(sum.max_error, d.error);
       if (!d.note.empty()) log("note: " + d.note);
     }
+    QuantizedLayerRecord rec;
+    rec.layer = li, rec.linears = static_cast<int64_t>(done.size()), rec.seconds = secs, rec.max_error = worst;
+    for (auto& d : done) rec.mean_error += d.error;
+    if (!done.empty()) rec.mean_error /= static_cast<double>(done.size());
+    sum.per_layer.push_back(rec);
+    for (const auto& d : done) {
+      const PlannedLinear& p = plan.linears.at(d.name);
+      linear_reports.push_back({{"name", d.name},
+                                {"layer", li},
+                                {"method", plan.method},
+                                {"shape", {d.q.rows, d.q.cols}},
+                                {"weights", d.q.scheme.describe()},
+                                {"activations", d.act ? nlohmann::ordered_json(d.act->scheme.describe()) : nlohmann::ordered_json()},
+                                {"observer", p.observer == RangeObserver::Mse ? "mse" : "minmax"},
+                                {"bits_per_weight", stored_bits_per_weight(d.q)},
+                                {"error", d.error},
+                                {"seconds", d.seconds}});
+    }
     char line[256];
     std::snprintf(line, sizeof line, "layer %lld/%lld: %zu linears in %.2f s, relative error mean %.3g, max %.3g",
                   static_cast<long long>(li + 1), static_cast<long long>(cfg.num_hidden_layers), done.size(), secs,
-                  done.empty() ? 0.0 : [&] { double s = 0; for (auto& d : done) s += d.error; return s / done.size(); }(),
-                  worst);
+                  rec.mean_error, worst);
     log(line);
     ++sum.layers;
+    if (job.on_layer) job.on_layer(sum.layers, cfg.num_hidden_layers);
   }, so);
   sum.mean_error = sum.linears ? err_sum / static_cast<double>(sum.linears) : 0;
 
@@ -252,16 +274,79 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   write_file_atomic(stage.path() / "config.json", config.dump(2) + "\n");
   for (const char* f : kCopiedFiles)
     if (fs::exists(rm.dir / f)) fs::copy_file(rm.dir / f, stage.path() / f);
-  write_file_atomic(stage.path() / "recipe.yaml", recipe.text);
-  write_manifest(stage.path());
-  for (const auto& e : fs::directory_iterator(stage.path())) sum.output_bytes += e.is_regular_file() ? e.file_size() : 0;
-  stage.commit();
-  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  sum.peak_rss_bytes = eval::peak_rss_bytes();
+  // The recipe as run: with calibration, its dataset is the absolute path
+  // actually read (--calib included), so the copy reproduces the output.
+  std::string dataset = calib_used.string();
+  if (!calib_used.empty() && job.copy_calibration) {
+    dataset = calib_used.extension() == ".jsonl" ? "calibration.jsonl" : "calibration.txt";
+    fs::copy_file(calib_used, stage.path() / dataset);  // relative to the copied recipe: it travels with the output
+  }
+  const std::string recipe_copy =
+      calib_used.empty() ? recipe.text
+                         : resolved_recipe_text(recipe, dataset,
+                                                std::string("# The recipe as quantforge ") + version() +
+                                                    " ran it (calibration resolved; the original's comments are not kept).\n");
+  write_file_atomic(stage.path() / "recipe.yaml", recipe_copy);
   uint64_t act = 0;
   for (const auto& s : samples) act += s.size() * static_cast<uint64_t>(cfg.hidden_size) * 4;
   sum.spilled = job.max_memory_bytes > 0 && act > job.max_memory_bytes;
+
+  nlohmann::ordered_json report;
+  report["tool"] = {{"name", "quantforge"}, {"version", version()}};
+  report["invocation"] = job.invocation;
+  report["model"] = {{"argument", job.model}, {"path", fs::absolute(rm.dir).lexically_normal().string()}};
+  report["recipe"] = {{"path", fs::absolute(job.recipe).lexically_normal().string()}, {"text", recipe_copy}};
+  report["format"] = sum.format;
+  report["method"] = sum.method;
+  nlohmann::ordered_json cal = nullptr;
+  if (!calib_used.empty())
+    cal = {{"dataset", dataset},         {"text_field", recipe.calibration.text_field},
+           {"num_samples", recipe.calibration.num_samples}, {"seq_len", recipe.calibration.seq_len},
+           {"seed", recipe.calibration.seed},         {"samples", sum.samples},
+           {"tokens", sum.tokens}};
+  report["calibration"] = cal;
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const QuantizedLayerRecord& r : sum.per_layer)
+    layers.push_back({{"layer", r.layer}, {"linears", r.linears}, {"seconds", r.seconds}, {"mean_error", r.mean_error},
+                      {"max_error", r.max_error}});
+  report["layers"] = layers;
+  report["linears"] = linear_reports;
+  double weights = 0, bits = 0;
+  for (const auto& l : linear_reports) {
+    const double n = l["shape"][0].get<double>() * l["shape"][1].get<double>();
+    weights += n;
+    bits += l["bits_per_weight"].get<double>() * n;
+  }
+  report["totals"] = {{"linears", sum.linears},
+                      {"layers", sum.layers},
+                      {"quantized_weights", weights},
+                      {"bits_per_quantized_weight", weights > 0 ? bits / weights : 0.0},
+                      {"mean_error", sum.mean_error},
+                      {"max_error", sum.max_error},
+                      {"spilled", sum.spilled}};
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sum.peak_rss_bytes = eval::peak_rss_bytes();
+  report["totals"]["seconds"] = sum.seconds;  // the evaluation's time is its own
+  report["totals"]["peak_rss_bytes"] = sum.peak_rss_bytes;
+  report["evaluation"] = job.evaluate ? job.evaluate(stage.path()) : nlohmann::ordered_json();
+  write_file_atomic(stage.path() / kQuantizationReportFile, report.dump(2) + "\n");
+  write_manifest(stage.path());
+  for (const auto& e : fs::directory_iterator(stage.path())) sum.output_bytes += e.is_regular_file() ? e.file_size() : 0;
+  stage.commit();
+  sum.report = std::move(report);
   return sum;
+}
+
+double stored_bits_per_weight(const QuantizedTensor& q) {
+  const QuantScheme& s = q.scheme;
+  const double n = static_cast<double>(q.rows) * static_cast<double>(q.cols);
+  if (n <= 0) return 0;
+  const double params = static_cast<double>(q.scales.size());
+  double bits = n * s.bits + params * 8.0 * static_cast<double>(dtype_size(s.scale_dtype));
+  if (!s.is_float() && !s.symmetric) bits += params * s.bits;  // packed zero points
+  bits += static_cast<double>(q.g_idx.size()) * 32;
+  if (s.is_nvfp4()) bits += 32;  // the global scale
+  return bits / n;
 }
 
 }  // namespace qf

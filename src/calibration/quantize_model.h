@@ -6,8 +6,12 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "quantizers/quant_scheme.h"
 
 namespace qf {
 
@@ -20,6 +24,23 @@ struct QuantizeJob {
   // NaN/Inf in a weight or a calibration statistic is an InvalidInput error
   // naming the tensor, unless this is set (then they go on as they are).
   bool allow_nonfinite = false;
+  // Called after each decoder layer with (layers done, layers in all), in the
+  // calling thread; it may throw to stop the run (nothing is left under `out`).
+  std::function<void(int64_t, int64_t)> on_layer;
+  // Keep a copy of the calibration file in the output (calibration.jsonl or
+  // calibration.txt) and point the copied recipe at it: for data that lives
+  // nowhere else (the Python module's list of strings).
+  bool copy_calibration = false;
+  // The command line or call, recorded in quantization_report.json.
+  std::string invocation;
+  // Runs on the finished output while it is still staged (before anything
+  // appears under `out`); what it returns is the report's "evaluation".
+  std::function<nlohmann::ordered_json(const std::filesystem::path& staged)> evaluate;
+};
+
+struct QuantizedLayerRecord {
+  int64_t layer = 0, linears = 0;
+  double seconds = 0, mean_error = 0, max_error = 0;  // relative output errors of its Linears
 };
 
 struct QuantizeSummary {
@@ -29,7 +50,16 @@ struct QuantizeSummary {
   uint64_t peak_rss_bytes = 0;
   bool spilled = false;
   std::string format, method;
+  std::vector<QuantizedLayerRecord> per_layer;  // in layer order
+  nlohmann::ordered_json report;                // quantization_report.json as written
 };
+
+// File name of the report written into every quantize output.
+inline constexpr const char* kQuantizationReportFile = "quantization_report.json";
+
+// Storage bits per weight of a quantized Linear: codes, scales, zero points,
+// g_idx and NVFP4's global scale, over rows * cols.
+double stored_bits_per_weight(const QuantizedTensor& q);
 
 // log receives one line per layer (layer, time, reconstruction error) and notes.
 QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const std::function<void(const std::string&)>& log);

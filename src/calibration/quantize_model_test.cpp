@@ -10,6 +10,7 @@
 #include "eval/perplexity.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
+#include "quantized_fixture.h"
 #include "test_util.h"
 
 namespace qf {
@@ -31,7 +32,7 @@ class Quantize : public ::testing::Test {
     const auto out = dir().path() / (name + "-t" + std::to_string(threads));
     if (!std::filesystem::exists(out)) {
       ThreadPool pool(threads);
-      quantize_model({fixture().string(), recipe(name), out, calib()}, threads ? pool : ThreadPool::global(),
+      quantize_model(quantize_job(fixture().string(), recipe(name), out, calib()), threads ? pool : ThreadPool::global(),
                      [](const std::string&) {});
     }
     return out;
@@ -79,10 +80,10 @@ TEST_F(Quantize, OutputBytesDoNotDependOnThreadCount) {
 
 TEST_F(Quantize, FailuresLeaveNothingUnderTheOutputName) {
   TempDir t;
-  EXPECT_QF_ERROR(quantize_model({fixture().string(), recipe("bad-group"), t.path() / "out", calib()}, ThreadPool::global(),
+  EXPECT_QF_ERROR(quantize_model(quantize_job(fixture().string(), recipe("bad-group"), t.path() / "out", calib()), ThreadPool::global(),
                                  [](const std::string&) {}),
                   ErrorKind::InvalidInput, "bad-group.yaml:7:9: group_size 96 does not divide the 256 input columns");
-  EXPECT_QF_ERROR(quantize_model({fixture().string(), recipe("w4-gptq"), t.path() / "out", t.path() / "missing.txt"},
+  EXPECT_QF_ERROR(quantize_model(quantize_job(fixture().string(), recipe("w4-gptq"), t.path() / "out", t.path() / "missing.txt"),
                                  ThreadPool::global(), [](const std::string&) {}),
                   ErrorKind::NotFound, "missing.txt");
   size_t entries = 0;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <mutex>
 
 namespace qf {
 
@@ -12,12 +13,18 @@ namespace {
 std::atomic<bool> g_quiet{false};
 std::FILE* g_out = nullptr;  // nullptr: stderr
 int g_terminal = -1;         // -1: ask isatty
+std::mutex g_factory_mutex;
+ProgressBarFactory g_factory;
 
 std::FILE* out() { return g_out ? g_out : stderr; }
 bool terminal() { return g_terminal >= 0 ? g_terminal == 1 : isatty(fileno(out())) == 1; }
 }  // namespace
 
 void Progress::set_quiet(bool q) { g_quiet = q; }
+void Progress::set_bar_factory(ProgressBarFactory f) {
+  std::lock_guard<std::mutex> lock(g_factory_mutex);
+  g_factory = std::move(f);
+}
 bool Progress::quiet() { return g_quiet; }
 void Progress::set_output(std::FILE* o, bool is_terminal) {
   g_out = o;
@@ -49,7 +56,15 @@ std::string Progress::format_rate(double r, const std::string& unit) {
 
 Progress::Progress(std::string label, uint64_t total, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_), exceptions_(std::uncaught_exceptions()) {}
+      start_(std::chrono::steady_clock::now()), last_draw_(start_), exceptions_(std::uncaught_exceptions()) {
+  if (g_quiet) return;
+  ProgressBarFactory f;
+  {
+    std::lock_guard<std::mutex> lock(g_factory_mutex);
+    f = g_factory;
+  }
+  if (f) bar_ = f(label_, total_, unit_);
+}
 
 Progress::~Progress() {
   if (std::uncaught_exceptions() <= exceptions_) {
@@ -59,6 +74,10 @@ Progress::~Progress() {
   // Unwinding from an error: no "done" line (the error is the one line that
   // follows); a bar drawn in place gets its line ended.
   finished_ = true;
+  if (bar_) {
+    bar_->close();
+    return;
+  }
   if (!g_quiet && drawn_ && terminal()) {
     std::fputs("\n", out());
     std::fflush(out());
@@ -70,6 +89,10 @@ void Progress::add(uint64_t n) { set(done_ + n); }
 void Progress::set(uint64_t done) {
   done_ = done;
   if (g_quiet || finished_) return;
+  if (bar_) {
+    bar_->update(done_);
+    return;
+  }
   auto now = std::chrono::steady_clock::now();
   auto interval = terminal() ? std::chrono::milliseconds(100) : std::chrono::milliseconds(5000);
   if (now - last_draw_ >= interval) {
@@ -81,6 +104,10 @@ void Progress::set(uint64_t done) {
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
+  if (bar_) {
+    bar_->close();
+    return;
+  }
   if (!g_quiet && (drawn_ || total_ > 0 || done_ > 0)) draw(true);
 }
 

@@ -8,9 +8,23 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace qf {
+
+// A progress display other than stderr's (a notebook's bar). update() runs in
+// the thread that owns the Progress and may throw to cancel the work (the
+// Python module raises KeyboardInterrupt that way); close() must not throw.
+class ProgressBar {
+ public:
+  virtual ~ProgressBar() = default;
+  virtual void update(uint64_t done) = 0;
+  virtual void close() noexcept = 0;
+};
+using ProgressBarFactory =
+    std::function<std::unique_ptr<ProgressBar>(const std::string& label, uint64_t total, const std::string& unit)>;
 
 class Progress {
  public:
@@ -25,6 +39,9 @@ class Progress {
   // Process-wide switches, set once by the CLI.
   static void set_quiet(bool quiet);
   static bool quiet();
+  // Process-wide: every Progress made afterwards draws through the factory's
+  // bars instead of stderr (quiet still silences them); empty restores stderr.
+  static void set_bar_factory(ProgressBarFactory factory);
   // Test hook: force the plain mode or the bar mode and a stream.
   static void set_output(std::FILE* out, bool terminal);
 
@@ -41,6 +58,7 @@ class Progress {
   bool finished_ = false;
   bool drawn_ = false;
   int exceptions_ = 0;  // std::uncaught_exceptions() at construction
+  std::unique_ptr<ProgressBar> bar_;  // from the bar factory, if one is set
 };
 
 }  // namespace qf

@@ -104,4 +104,27 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
   return r;
 }
 
+nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Model& model, const BenchResult& r) {
+  nlohmann::ordered_json j = {{"model", model_arg},
+                              {"weight_format", model.weight_format()},
+                              {"parameters", model.parameter_count()},
+                              {"prompt", r.prompt},
+                              {"gen", r.gen},
+                              {"batch", r.batch},
+                              {"kv_dtype", r.kv_dtype},
+                              {"threads", r.threads},
+                              {"simd", r.simd},
+                              {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+                              {"decode_tokens_per_s", r.decode_tokens_per_s},
+                              {"ttft_seconds", r.ttft_seconds},
+                              {"kv_bytes_reserved", r.kv_bytes_reserved},
+                              {"kv_bytes_used", r.kv_bytes_used},
+                              {"kv_bytes_per_token", r.kv_bytes_per_token},
+                              {"peak_rss_bytes", r.peak_rss_bytes},
+                              {"weight_bytes_per_step", r.weight_bytes_per_step},
+                              {"copy_bandwidth_bytes_per_s", r.copy_bandwidth_bytes_per_s},
+                              {"decode_bound_tokens_per_s", r.decode_bound_tokens_per_s}};
+  return j;
+}
+
 }  // namespace qf::eval

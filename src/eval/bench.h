@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/thread_pool.h"
 #include "runtime/model.h"
 
@@ -33,6 +35,9 @@ struct BenchResult {
 };
 
 BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool);
+
+// bench --json's object: the model argument as given, its format and size, and the results.
+nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Model& model, const BenchResult& r);
 
 // Bytes/s of a large memcpy on all threads of the pool (read bytes + written
 // bytes per second), best of a few passes.

@@ -1083,4 +1083,20 @@ Recipe parse_recipe_file(const std::filesystem::path& path) {
   return parse_with_offset(text, name, 0);
 }
 
+std::string resolved_recipe_text(const Recipe& r, const std::string& dataset, const std::string& header) {
+  YAML::Node root = YAML::Load(r.text);
+  YAML::Node cal = root["calibration"];
+  if (!cal || !cal.IsMap()) cal = YAML::Node(YAML::NodeType::Map);
+  cal["dataset"] = dataset;
+  cal["text_field"] = r.calibration.text_field;
+  cal["num_samples"] = r.calibration.num_samples;
+  cal["seq_len"] = r.calibration.seq_len;
+  cal["seed"] = r.calibration.seed;
+  root["calibration"] = cal;
+  YAML::Emitter out;
+  out << root;
+  if (!out.good()) throw Error(ErrorKind::Internal, "resolved_recipe_text: " + out.GetLastError());
+  return header + out.c_str() + "\n";
+}
+
 }  // namespace qf

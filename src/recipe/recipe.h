@@ -156,6 +156,13 @@ Recipe parse_recipe_file(const std::filesystem::path& path);
 // `name` is used as FILE in messages.
 Recipe parse_recipe_text(const std::string& yaml, const std::string& name);
 
+// The recipe as a run used it, for the copy kept beside an output: its text
+// with calibration.dataset replaced by `dataset` (the absolute path actually
+// read, so the copy resolves from anywhere) and num_samples, seq_len, seed
+// and text_field written out. Comments are not kept; `header` (comment lines)
+// goes first. Parsing the result gives the same Recipe.
+std::string resolved_recipe_text(const Recipe& r, const std::string& dataset, const std::string& header);
+
 // Does `pattern` (a target or ignore entry) select the module? Semantics of
 // compressed-tensors' is_match [compressed-tensors:src/compressed_tensors/utils/match.py]:
 //   "re:REGEX"  Python re.match: the regex must match at the start of the name,

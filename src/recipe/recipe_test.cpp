@@ -804,5 +804,27 @@ TEST(Recipe, FilesAndMarkdownCards) {
   }
 }
 
+// The copy kept beside an output: calibration resolved, everything else the
+// same recipe.
+TEST(Recipe, ResolvedTextParsesToTheSameRecipe) {
+  const Recipe r = parse_recipe_file(kRecipes / "w4a16-gptq.yaml");
+  const std::string text = resolved_recipe_text(r, "/data/calib.jsonl", "# header\n");
+  EXPECT_EQ(text.rfind("# header\n", 0), 0u);
+  const Recipe again = parse_recipe_text(text, "copy.yaml");
+  EXPECT_EQ(again.calibration.dataset, "/data/calib.jsonl");
+  EXPECT_EQ(again.calibration.seed, r.calibration.seed);
+  EXPECT_EQ(again.calibration.num_samples, r.calibration.num_samples);
+  EXPECT_EQ(again.calibration.seq_len, r.calibration.seq_len);
+  EXPECT_EQ(again.calibration.text_field, r.calibration.text_field);
+  ASSERT_EQ(again.modifiers.size(), r.modifiers.size());
+  for (size_t i = 0; i < r.modifiers.size(); ++i) {
+    EXPECT_EQ(again.modifiers[i].kind, r.modifiers[i].kind);
+    ASSERT_EQ(again.modifiers[i].groups.size(), r.modifiers[i].groups.size());
+    for (size_t g = 0; g < r.modifiers[i].groups.size(); ++g)
+      EXPECT_EQ(again.modifiers[i].groups[g].weights.describe(), r.modifiers[i].groups[g].weights.describe());
+  }
+  EXPECT_EQ(again.export_.format, r.export_.format);
+}
+
 }  // namespace
 }  // namespace qf

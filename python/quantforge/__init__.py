@@ -1,0 +1,148 @@
+"""quantforge: offline LLM quantization and model conversion, from Python.
+
+Every call runs the C++ library in this process (no subprocess). Long calls
+release the GIL, draw a progress bar (tqdm when installed; progress=False
+silences it) and stop with KeyboardInterrupt on Ctrl-C, leaving nothing under
+the output name. Errors are quantforge.Error subclasses, one per kind:
+InvalidInput, Unsupported, NotFound, IoError, UsageError, GateFailed,
+InternalError; each carries the one-line message the CLI would print.
+
+See __init__.pyi for the signatures and docs/python.md for a walk-through.
+"""
+
+import json as _json
+import os as _os
+import tempfile as _tempfile
+
+from ._quantforge import (  # noqa: F401  (re-exported)
+    Error,
+    GateFailed,
+    InternalError,
+    InvalidInput,
+    IoError,
+    Model,
+    NotFound,
+    Tokenizer,
+    Unsupported,
+    UsageError,
+    __version__,
+    bench,
+    convert,
+    evaluate,
+    imatrix,
+    inspect,
+)
+from . import _quantforge
+
+__all__ = [
+    "Error", "GateFailed", "InternalError", "InvalidInput", "IoError", "NotFound", "Unsupported", "UsageError",
+    "Model", "Tokenizer", "QuantizeResult", "bench", "convert", "evaluate", "imatrix", "inspect", "quantize", "report",
+    "__version__",
+]
+
+
+class QuantizeResult:
+    """What quantize() did: the output folder and how it got there.
+
+    Attributes: path, format, method, linears, layers, samples, tokens,
+    seconds, mean_error, max_error (relative output errors of the Linears),
+    output_bytes, peak_rss_bytes, spilled, per_layer (a list of dicts:
+    layer, linears, seconds, mean_error, max_error), log (the lines the CLI
+    prints per layer), and evaluation (evaluate()'s dict when eval_text was
+    given, else None) and report (quantization_report.json, also written
+    into the output folder).
+    """
+
+    def __init__(self, d):
+        self._d = dict(d)
+        for k, v in self._d.items():
+            setattr(self, k, v)
+
+    def to_dict(self):
+        return dict(self._d)
+
+    def __repr__(self):
+        return (f"QuantizeResult(path={self.path!r}, format={self.format!r}, method={self.method!r}, "
+                f"linears={self.linears}, mean_error={self.mean_error:.4g}, seconds={self.seconds:.1f})")
+
+
+def _recipe_file(recipe, folder):
+    """A path to a recipe file for `recipe`: a path, a YAML string or a dict."""
+    if isinstance(recipe, dict):
+        path = _os.path.join(folder, "recipe.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            _json.dump(recipe, f, indent=1)  # JSON is YAML: positions in errors stay meaningful
+        return path
+    if isinstance(recipe, (str, _os.PathLike)):
+        text = _os.fspath(recipe)
+        if "\n" not in text and _os.path.exists(text):
+            return text
+        if "\n" in text or ":" in text:
+            path = _os.path.join(folder, "recipe.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return path
+        raise NotFound(f"{text}: no such recipe file (give a path, a YAML string or a dict)")
+    raise UsageError(f"recipe must be a path, a YAML string or a dict, got {type(recipe).__name__}")
+
+
+def _calib_file(calib, folder):
+    if calib is None:
+        return ""
+    if isinstance(calib, (str, _os.PathLike)):
+        return _os.fspath(calib)
+    samples = list(calib)
+    if not samples or not all(isinstance(s, str) for s in samples):
+        raise UsageError("calib must be a path or a non-empty list of strings")
+    path = _os.path.join(folder, "calibration.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for s in samples:
+            f.write(_json.dumps({"text": s}) + "\n")
+    return path
+
+
+def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, progress=True,
+             allow_nonfinite=False, eval_text=None, eval_max_chunks=0):
+    """Quantizes `model` with `recipe` into the folder `out` (see __init__.pyi)."""
+    if isinstance(max_memory, str):
+        max_memory = _quantforge._parse_memory_size(max_memory)
+    elif max_memory is None:
+        max_memory = 0
+    elif not isinstance(max_memory, int) or max_memory < 0:
+        raise UsageError("max_memory must be a size string ('8G') or a number of bytes")
+    call = (f"quantforge.quantize({_os.fspath(model)!r}, recipe={_describe(recipe)}, out={_os.fspath(out)!r}"
+            f"{'' if calib is None else ', calib=' + _describe(calib)}"
+            f"{'' if eval_text is None else ', eval_text=' + repr(_os.fspath(eval_text))})")
+    with _tempfile.TemporaryDirectory(prefix="quantforge-") as folder:
+        d = _quantforge._quantize(model, _recipe_file(recipe, folder), out, _calib_file(calib, folder),
+                                  threads=threads, max_memory=max_memory, allow_nonfinite=allow_nonfinite,
+                                  progress=progress, eval_text="" if eval_text is None else _os.fspath(eval_text),
+                                  eval_max_chunks=eval_max_chunks,
+                                  invocation=call,
+                                  # samples given as a list live nowhere else: the output keeps them
+                                  copy_calibration=calib is not None and not isinstance(calib, (str, _os.PathLike)))
+    d["evaluation"] = d["report"]["evaluation"]
+    return QuantizeResult(d)
+
+
+def _describe(x):
+    """A short stand-in for an argument in the recorded call."""
+    if isinstance(x, (str, _os.PathLike)):
+        text = _os.fspath(x)
+        return repr(text) if "\n" not in text else "<YAML text>"
+    if isinstance(x, dict):
+        return "<dict>"
+    return f"<{type(x).__name__} of {len(x)} samples>" if hasattr(x, "__len__") else "<iterable>"
+
+
+def report(paths, out):
+    """Perplexity- and KL-versus-size chart (out/chart.png, out/index.html, out/report.json) of
+    quantize output folders (evaluated with eval_text) and eval JSON files; returns the rows."""
+    from . import chart as _report_module
+
+    if isinstance(paths, (str, _os.PathLike)):
+        paths = [paths]
+    try:
+        return _report_module.render([_os.fspath(p) for p in paths], _os.fspath(out))
+    except _report_module.ReportError as e:
+        raise InvalidInput(str(e)) from None

@@ -1,0 +1,147 @@
+"""Type stubs and documentation of the quantforge module."""
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+import numpy as np
+
+PathLike = Union[str, os.PathLike]
+
+__version__: str
+
+class Error(Exception):
+    """Base of every quantforge error; str(e) is the one-line message."""
+
+class InvalidInput(Error, ValueError):
+    """A malformed or inconsistent file, shape or value (CLI exit 3)."""
+
+class Unsupported(Error):
+    """Well-formed but not supported: architecture, dtype, feature (exit 4)."""
+
+class IoError(Error, OSError):
+    """A file could not be opened, read, written or renamed (exit 5)."""
+
+class NotFound(Error):
+    """A named file, tensor or key is missing (exit 6)."""
+
+class UsageError(Error, ValueError):
+    """An argument out of range or an impossible combination (exit 2)."""
+
+class GateFailed(Error):
+    """An evaluation gate failed (exit 10). evaluate() reports gates in its dict instead."""
+
+class InternalError(Error):
+    """A bug (exit 1)."""
+
+def inspect(model: PathLike, revision: str = "main") -> Dict[str, Any]:
+    """A model's architecture, dimensions, tensors and files: `quantforge inspect --json`'s object.
+
+    model: a Hugging Face folder, a cache folder or ORG/NAME in the cache, or a .gguf file.
+    """
+
+def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = None, ctx: int = 0,
+             mode: str = "chunks", max_chunks: int = 0, kv_dtype: str = "f16", bos_per_line: bool = False,
+             keep_tail: bool = False, max_ppl_delta: Optional[float] = None, max_ppl_ratio: Optional[float] = None,
+             max_kld: Optional[float] = None, threads: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+    """Perplexity of `model` on the UTF-8 file `text`: `quantforge eval --json`'s keys.
+
+    With `baseline`, also KL divergence and top-1 agreement against it on the same
+    tokens. Gate bounds are reported under "gate" ({"passed": bool, "failures": [...]}).
+    "valid" is False (with "problems") when the measurement cannot be trusted.
+    ctx=0 takes the mode's default (512 for chunks and lines, 2048 for windows).
+    """
+
+def bench(model: PathLike, prompt: int = 512, gen: int = 128, batch: int = 1, kv_dtype: str = "f16",
+          reps: int = 1, threads: Optional[int] = None) -> Dict[str, Any]:
+    """Prefill and decode tokens/s, KV-cache bytes, peak RSS: `quantforge bench --json`'s keys."""
+
+def convert(model: PathLike, out: PathLike, type: str = "Q4_K_M", imatrix: Optional[PathLike] = None,
+            force: bool = False, allow_nonfinite: bool = False, threads: Optional[int] = None,
+            progress: bool = True) -> Dict[str, Any]:
+    """Hugging Face model -> GGUF file `out` with a llama-quantize preset (F16, Q8_0, Q6_K, Q5_K_M,
+    Q4_K_M, Q3_K_M, Q2_K, ...), optionally weighted by an importance matrix.
+
+    Returns path, type, input_bytes, output_bytes, parameters, bits_per_weight, seconds,
+    tensor_types ({gguf name: ggml type}) and notes.
+    """
+
+def imatrix(model: PathLike, text: PathLike, out: PathLike, ctx: int = 512, chunks: int = 0,
+            process_output: bool = False, force: bool = False, allow_nonfinite: bool = False,
+            threads: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+    """Importance matrix of `model` on `text`, written to `out` in llama.cpp's GGUF imatrix layout."""
+
+class QuantizeResult:
+    path: str
+    format: str
+    method: str
+    linears: int
+    layers: int
+    samples: int
+    tokens: int
+    seconds: float
+    mean_error: float
+    max_error: float
+    output_bytes: int
+    peak_rss_bytes: int
+    spilled: bool
+    per_layer: List[Dict[str, Any]]
+    log: List[str]
+    evaluation: Optional[Dict[str, Any]]
+    report: Dict[str, Any]
+    """quantization_report.json, also written into the output folder."""
+    def to_dict(self) -> Dict[str, Any]: ...
+
+def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out: PathLike,
+             calib: Union[None, PathLike, Iterable[str]] = None, threads: Optional[int] = None,
+             max_memory: Union[None, str, int] = None, progress: bool = True, allow_nonfinite: bool = False,
+             eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0) -> QuantizeResult:
+    """Quantizes `model` with a recipe into the new folder `out`
+    (compressed-tensors, GPTQ, AutoAWQ or modelopt layout, as the recipe says).
+
+    recipe: a path, a YAML string, or a dict in llm-compressor's layout
+    ({"quant_stage": {"quant_modifiers": {"GPTQModifier": {...}}}}).
+    calib: a .txt or .jsonl path, or a list of strings (one sample each);
+    None uses the recipe's calibration.dataset.
+    max_memory: budget for calibration activations ("8G" or bytes); beyond it they spill to disk.
+    eval_text: evaluate the output against `model` on this text before it is moved into place
+    (result.evaluation, and the report's "evaluation"); eval_max_chunks: score only that many
+    chunks (0: all).
+    """
+
+def report(paths: Union[PathLike, List[PathLike]], out: PathLike) -> List[Dict[str, Any]]:
+    """Perplexity- and KL-versus-size chart of several outputs of one model: quantize output folders
+    (with the evaluation quantize(eval_text=...) or `quantize --eval` recorded) and eval JSON files
+    (`eval --baseline ... --json`, e.g. of GGUF files). Writes out/chart.png (matplotlib),
+    out/index.html and out/report.json; returns the reference's row and one per output
+    (name, bytes, ppl, kld, top1). InvalidInput when an input has no valid baseline comparison
+    or the inputs disagree on the reference or the text."""
+
+class Tokenizer:
+    """The tokenizer of a model folder, cache id or .gguf file."""
+    def __init__(self, model: PathLike) -> None: ...
+    def encode(self, text: str, add_bos: bool = True) -> List[int]: ...
+    def decode(self, ids: List[int]) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+
+class Model:
+    """A model folder, cache id or .gguf file: its tensors (memory-mapped) and its runtime."""
+    def __init__(self, model: PathLike) -> None: ...
+    @property
+    def config(self) -> Dict[str, Any]:
+        """config.json as a dict (a GGUF file: the hyper-parameters the runtime uses)."""
+    @property
+    def source(self) -> str: ...
+    def tensor_names(self) -> List[str]: ...
+    def tensor(self, name: str, dequantize: bool = False) -> np.ndarray:
+        """A read-only view of the tensor in the mapped file, without a copy: float32 and float16
+        as they are, bfloat16 as its raw uint16 bits (NumPy has no bfloat16), integer tensors as
+        their integer type. dequantize=True returns a float32 copy of anything, quantized GGUF
+        blocks included. Shapes are row-major (a GGUF tensor's dims reversed)."""
+    def logits(self, token_ids: List[int], threads: Optional[int] = None) -> np.ndarray:
+        """[len(token_ids), vocab] float32 logits of one sequence (position i sees tokens 0..i)."""
+    def generate(self, prompt: str, n: int = 32, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 threads: Optional[int] = None) -> Dict[str, Any]:
+        """Greedy (temperature 0) or sampled continuation: text (prompt and continuation, as
+        `quantforge generate` prints it), completion (the continuation alone), prompt_tokens,
+        tokens (the generated ids), stopped (EOS before n), prefill_seconds, decode_seconds."""

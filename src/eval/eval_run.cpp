@@ -1,0 +1,82 @@
+#include "eval/eval_run.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/error.h"
+#include "core/text_input.h"
+#include "formats/tokenizer/tokenizer.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/model.h"
+
+namespace qf::eval {
+
+namespace {
+
+nlohmann::ordered_json report(const EvalRequest& o, const EvalResult& r, const std::vector<std::string>& fails) {
+  nlohmann::ordered_json j = {{"model", o.model},
+                              {"text", o.text},
+                              {"mode", r.mode},
+                              {"ctx", r.ctx},
+                              {"spans", r.spans},
+                              {"tokens_scored", r.tokens_scored},
+                              {"tokens_processed", r.tokens_processed},
+                              {"nll", r.nll_mean},
+                              {"ppl", r.ppl},
+                              {"ppl_stderr", r.ppl_stderr},
+                              {"seconds", r.seconds},
+                              {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
+                              {"kv_dtype", o.kv},
+                              {"simd", rt::simd_level_name(rt::simd_level())}};
+  const std::vector<std::string> problems = measurement_problems(r);
+  j["valid"] = problems.empty();
+  j["problems"] = problems;
+  j["nonfinite_tokens"] = r.nonfinite_tokens;
+  if (r.has_baseline) {
+    j["baseline"] = {{"model", o.baseline},     {"nll", r.base_nll_mean}, {"ppl", r.base_ppl},
+                     {"seconds", r.base_seconds}, {"nonfinite_tokens", r.base_nonfinite_tokens}};
+    j["ppl_delta"] = r.ppl_delta;
+    j["ppl_ratio"] = r.ppl_ratio;
+    j["kld"] = {{"mean", r.kld_mean}, {"p99", r.kld_p99}, {"max", r.kld_max}};
+    j["top1_agreement"] = r.top1_agreement;
+  }
+  nlohmann::ordered_json gate = nlohmann::ordered_json::object();
+  if (o.gate.max_ppl_delta) gate["max_ppl_delta"] = *o.gate.max_ppl_delta;
+  if (o.gate.max_ppl_ratio) gate["max_ppl_ratio"] = *o.gate.max_ppl_ratio;
+  if (o.gate.max_kld) gate["max_kld"] = *o.gate.max_kld;
+  if (!gate.empty()) {
+    gate["passed"] = fails.empty();
+    gate["failures"] = fails;
+    j["gate"] = gate;
+  }
+  return j;
+}
+
+}  // namespace
+
+EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
+  if (req.gate.any() && req.baseline.empty())
+    throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
+  PplOptions p = req.ppl;
+  p.kv_dtype = rt::parse_kv_dtype(req.kv);
+  const std::string text = read_text_input(req.text);
+  std::unique_ptr<rt::Model> model = rt::load_model(req.model);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
+  std::unique_ptr<rt::Model> base;
+  if (!req.baseline.empty()) {
+    base = rt::load_model(req.baseline);
+    std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
+    if (btok->vocab().tokens != tok->vocab().tokens)
+      throw invalid_input(req.baseline, "its tokenizer differs from the evaluated model's; a baseline must share the vocabulary");
+  }
+  int64_t max_ctx = model->max_context();
+  if (base && base->max_context() > 0) max_ctx = max_ctx > 0 ? std::min(max_ctx, base->max_context()) : base->max_context();
+  const std::vector<Span> spans = make_spans(*tok, text, p, max_ctx, req.text);
+  EvalRun run;
+  run.result = evaluate(*model, base.get(), spans, p, pool, progress);
+  run.failures = check_gate(req.gate, run.result);
+  run.report = report(req, run.result, run.failures);
+  return run;
+}
+
+}  // namespace qf::eval
