@@ -262,3 +262,16 @@ def test_report_chart(cli, tmp_path):
         qf.report([tmp_path / "noeval"], tmp_path / "x")
     r = cli("report", tmp_path / "noeval", "-o", tmp_path / "x", check=False)
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no evaluation" in r.stderr
+
+
+def test_bench_has_the_cli_keys(cli, tmp_path):
+    out = tmp_path / "b.json"
+    cli("bench", FIXTURE, "-p", "16", "-n", "4", "--threads", "2", "--json", out)
+    want = json.loads(out.read_text())
+    got = qf.bench(FIXTURE, prompt=16, gen=4, threads=2)
+    assert list(got) == list(want)
+    for k in ("model", "weight_format", "parameters", "prompt", "gen", "batch", "kv_dtype", "threads", "kv_bytes_per_token"):
+        assert got[k] == want[k], k
+    assert got["prefill_tokens_per_s"] > 0 and got["decode_tokens_per_s"] > 0
+    with pytest.raises(qf.UsageError):
+        qf.bench(FIXTURE, prompt=0)
