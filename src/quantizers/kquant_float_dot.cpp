@@ -1,21 +1,13 @@
 // F32, F16 and BF16 rows: element i goes into partial sum i % 32 (four 8-lane
 // registers), then reduce32, in both versions.
-//
-// The algorithms and the order of float operations are ggml's: byte identity
-// with llama.cpp depends on it (kquants.cpp says more; docs/kquants.md has the
-// check). The pragma stops the compiler from fusing a*b+c into an FMA.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+
+#include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "quantizers/kquant_impl.h"
 #include "quantizers/kquant_avx2.h"
 
 namespace qf::kquants::detail {

@@ -19,7 +19,7 @@
 // same order of float operations in every expression. Do not "simplify" an
 // expression here (a*b*c to a*(b*c), a fused multiply-add, a reordered sum)
 // without re-running the byte-identity check in docs/kquants.md. The pragma
-// at the top of every kquant_*.cpp keeps GCC from fusing a*b+c into an FMA when the library is built with an
+// below keeps GCC from fusing a*b+c into an FMA when the library is built with an
 // -march that has FMA (its default -ffp-contract=fast would do that).
 //
 // Dot products:
@@ -36,9 +36,18 @@
 //    registers).
 // The 8 (or 32) partials are then reduced by reduce8 below. No fused
 // multiply-add anywhere: the kernels use separate mul/add intrinsics, and the
-// pragma at the top of every kquant_*.cpp stops the compiler from contracting
+// pragma below (every kquant_*.cpp includes this header first) stops the compiler from contracting
 // a*b+c whatever -march the library is built with.
 #pragma once
+
+// Included first by every kquant_*.cpp: no FMA contraction (a*b+c fused)
+// in the functions those files define, whatever -march the library is built
+// with, since byte identity with llama.cpp depends on separate roundings.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <cstdint>
 #include <cstring>

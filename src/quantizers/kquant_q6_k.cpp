@@ -1,14 +1,7 @@
 // Q6_K: 256-element super-blocks of 6-bit codes (4 in ql, 2 in qh), int8
 // scales per 16 elements.
-//
-// The algorithms and the order of float operations are ggml's: byte identity
-// with llama.cpp depends on it (kquants.cpp says more; docs/kquants.md has the
-// check). The pragma stops the compiler from fusing a*b+c into an FMA.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+
+#include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 
 #include <immintrin.h>
 
@@ -16,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "quantizers/kquant_impl.h"
 #include "quantizers/kquant_avx2.h"
 
 namespace qf::kquants::detail {

@@ -1,19 +1,11 @@
 // Scale searches and bit packing that several GGUF block types share.
-//
-// The algorithms and the order of float operations are ggml's: byte identity
-// with llama.cpp depends on it (kquants.cpp says more; docs/kquants.md has the
-// check). The pragma stops the compiler from fusing a*b+c into an FMA.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+
+#include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "quantizers/kquant_impl.h"
 
 namespace qf::kquants::detail {
 

@@ -1,5 +1,6 @@
 // Quantization and dequantization of the GGUF block types, by type: each
 // type's code is in its kquant_<type>.cpp (kquant_impl.h lists them).
+#include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 #include "quantizers/kquants.h"
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "quantizers/kquant_impl.h"
 
 namespace qf::kquants {
 namespace {

@@ -1,11 +1,11 @@
 // Dot products of a quantized weight row with a quantized activation row, by
 // type and SIMD level: each type's scalar reference and AVX2 kernel are in its
 // kquant_<type>.cpp (kquant_impl.h says how the two agree bit for bit).
+#include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 #include <algorithm>
 #include <string>
 
 #include "core/error.h"
-#include "quantizers/kquant_impl.h"
 #include "quantizers/kquants.h"
 
 namespace qf::kquants {
