@@ -219,7 +219,9 @@ def test_long_calls_release_the_gil(tmp_path):
     elapsed = time.monotonic() - start
     assert result["r"].linears > 0
     assert elapsed > 0.05, "quantize finished too fast to tell"
-    assert ticks > 0.3 * elapsed / 0.002, (ticks, elapsed)
+    # held GIL: the loop could not run at all (a tick or two); released: about 900 ticks/s,
+    # so 50/s leaves room for a loaded machine
+    assert ticks > 0.1 * elapsed / 0.002, (ticks, elapsed)
 
 
 def test_progress_bars(capfd, monkeypatch):
