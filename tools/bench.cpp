@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "core/error.h"
+#include "formats/hf/resolve.h"
 #include "core/io.h"
 #include "eval/bench.h"
 
@@ -21,7 +22,7 @@ double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 void run_bench(const BenchOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
-  if (!o.json_out.empty()) check_output_file(o.json_out, {model_input(o.model)}, true, true, "--json");
+  if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   eval::BenchOptions b;
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);

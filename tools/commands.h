@@ -26,10 +26,4 @@ void register_report(CLI::App& app);
 // or every core), N > 0 a pool of N threads kept in `holder`.
 ThreadPool& pool_for(int threads, std::unique_ptr<ThreadPool>& holder);
 
-// The file or folder a model argument reads (a .gguf or .bin file, or the
-// resolved Hugging Face folder), so that outputs can be checked against it;
-// empty when the argument is empty or cannot be resolved (loading the model
-// reports that).
-std::filesystem::path model_input(const std::string& model);
-
 }  // namespace qf::cli

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "core/error.h"
+#include "formats/hf/resolve.h"
 #include "core/io.h"
 #include "core/progress.h"
 #include "core/text_input.h"
@@ -67,7 +68,7 @@ void run_eval(const EvalOpts& o) {
   req.ppl.max_spans = o.max_chunks;
   rt::parse_kv_dtype(o.kv);  // a bad --kv-dtype is a usage error before any work
   if (!o.json_out.empty())
-    check_output_file(o.json_out, {model_input(o.model), model_input(o.baseline), o.text}, true, true, "--json");
+    check_output_file(o.json_out, {model_input_path(o.model), model_input_path(o.baseline), o.text}, true, true, "--json");
   std::optional<Progress> progress;
   const eval::EvalRun run = eval::run_eval(req, pool, [&](int64_t done, int64_t total) {
     if (!progress) progress.emplace("eval", static_cast<uint64_t>(total), "spans");

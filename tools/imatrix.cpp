@@ -5,10 +5,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "core/error.h"
-#include "core/io.h"
 #include "core/progress.h"
-#include "runtime/finite_weights.h"
-#include "core/text_input.h"
 
 namespace qf::cli {
 namespace {
@@ -23,24 +20,14 @@ struct ImatrixOpts {
 void run_imatrix(const ImatrixOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
-  check_output_file(o.out, {model_input(o.model), o.text}, o.force, false, "-o");
-  const std::string text = read_text_input(o.text);
-  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
-  std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
-  if (!o.allow_nonfinite) {
-    const std::string bad = rt::find_nonfinite_weight(*model, pool);
-    if (!bad.empty())
-      throw invalid_input(o.model, bad + "; an importance matrix of a model with non-finite weights is meaningless (--allow-nonfinite overrides)");
-  }
   ImatrixOptions io;
   io.ctx = o.ctx;
   io.max_chunks = o.chunks;
   io.process_output = o.process_output;
-  io.dataset = std::filesystem::path(o.text).filename().string();
   Progress progress("imatrix", 0, "chunks");
-  const Imatrix m = compute_imatrix(*model, *tok, text, io, pool, [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
+  const Imatrix m = write_imatrix_from_text(o.model, o.text, o.out, "-o", io, o.force, o.allow_nonfinite, pool,
+                                            [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
   progress.finish();
-  write_imatrix_gguf(m, o.out);
   if (!Progress::quiet())
     std::fprintf(stderr, "wrote %s: %zu tensors, %u chunks of %u tokens\n", o.out.c_str(), m.entries.size(),
                  m.chunk_count, m.chunk_size);

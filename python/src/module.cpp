@@ -28,19 +28,16 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/progress.h"
-#include "core/text_input.h"
 #include "core/thread_pool.h"
 #include "eval/bench.h"
 #include "eval/eval_run.h"
 #include "formats/gguf/gguf.h"
-#include "formats/gguf/imatrix.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "inspect/gguf_inspect.h"
 #include "inspect/hf_inspect.h"
 #include "quantizers/kquants.h"
-#include "runtime/finite_weights.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 
@@ -139,17 +136,6 @@ struct LazyBar {
     if (bar) bar->finish();
   }
 };
-
-// The file or folder a model argument reads (for output checks).
-fs::path model_input(const std::string& model) {
-  if (model.empty()) return {};
-  if (fs::is_regular_file(model)) return model;
-  try {
-    return resolve_model(model).dir;
-  } catch (const Error&) {
-    return {};
-  }
-}
 
 std::string path_arg(const py::object& o) { return py::str(py::module_::import("os").attr("fspath")(o)); }
 std::optional<std::string> opt_path(const py::object& o) {
@@ -267,24 +253,13 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    check_output_file(o, {model_input(m), t}, force, false, "out");
-    const std::string txt = read_text_input(t);
-    std::unique_ptr<rt::Model> mdl = rt::load_model(m);
-    std::unique_ptr<Tokenizer> tok = load_tokenizer(mdl->source());
-    if (!allow_nonfinite) {
-      const std::string bad = rt::find_nonfinite_weight(*mdl, pool);
-      if (!bad.empty())
-        throw invalid_input(m, bad + "; an importance matrix of a model with non-finite weights is meaningless (allow_nonfinite overrides)");
-    }
     ImatrixOptions io;
     io.ctx = ctx;
     io.max_chunks = chunks;
     io.process_output = process_output;
-    io.dataset = fs::path(t).filename().string();
     LazyBar bar{"imatrix", "chunks", {}};
-    const Imatrix im = compute_imatrix(*mdl, *tok, txt, io, pool, std::ref(bar));
+    const Imatrix im = write_imatrix_from_text(m, t, o, "out", io, force, allow_nonfinite, pool, std::ref(bar));
     bar.finish();
-    write_imatrix_gguf(im, o);
     j = {{"path", o}, {"entries", im.entries.size()}, {"chunks", im.chunk_count}, {"chunk_size", im.chunk_size}};
   }
   return to_python(j);

@@ -3,6 +3,10 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/io.h"
+#include "core/text_input.h"
+#include "formats/hf/resolve.h"
+#include "runtime/finite_weights.h"
 
 namespace qf {
 namespace {
@@ -82,6 +86,25 @@ Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std:
   m.chunk_size = static_cast<uint32_t>(o.ctx);
   if (!o.dataset.empty()) m.datasets.push_back(o.dataset);
   return m;
+}
+
+Imatrix write_imatrix_from_text(const std::string& model, const std::filesystem::path& text,
+                                const std::filesystem::path& out, const std::string& out_flag, ImatrixOptions opts,
+                                bool force, bool allow_nonfinite, ThreadPool& pool,
+                                const std::function<void(int64_t, int64_t)>& progress) {
+  check_output_file(out, {model_input_path(model), text}, force, false, out_flag);
+  const std::string txt = read_text_input(text.string());
+  std::unique_ptr<rt::Model> m = rt::load_model(model);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(m->source());
+  if (!allow_nonfinite) {
+    const std::string bad = rt::find_nonfinite_weight(*m, pool);
+    if (!bad.empty())
+      throw invalid_input(model, bad + "; an importance matrix of a model with non-finite weights is meaningless (--allow-nonfinite overrides)");
+  }
+  if (opts.dataset.empty()) opts.dataset = text.filename().string();
+  const Imatrix im = compute_imatrix(*m, *tok, txt, opts, pool, progress);
+  write_imatrix_gguf(im, out);
+  return im;
 }
 
 }  // namespace qf

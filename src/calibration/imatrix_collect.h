@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -27,5 +28,15 @@ struct ImatrixOptions {
 Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,
                         const ImatrixOptions& opts, ThreadPool& pool,
                         const std::function<void(int64_t, int64_t)>& progress = {});
+
+// `quantforge imatrix` and the Python module's imatrix(): checks `out`
+// (`out_flag` names it in messages; an existing file only with `force`, an
+// input never), loads the model and its tokenizer, refuses non-finite weights
+// unless allow_nonfinite, computes over the text file and writes the GGUF
+// imatrix. progress(done, total) counts chunks.
+Imatrix write_imatrix_from_text(const std::string& model, const std::filesystem::path& text,
+                                const std::filesystem::path& out, const std::string& out_flag, ImatrixOptions opts,
+                                bool force, bool allow_nonfinite, ThreadPool& pool,
+                                const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace qf

@@ -101,4 +101,15 @@ ResolvedModel resolve_model(const std::string& arg, const std::string& revision)
   throw not_found(arg, "no such model folder");
 }
 
+std::filesystem::path model_input_path(const std::string& model) {
+  if (model.empty()) return {};
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(model, ec)) return model;
+  try {
+    return resolve_model(model).dir;
+  } catch (const Error&) {
+    return {};
+  }
+}
+
 }  // namespace qf

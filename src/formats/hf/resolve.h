@@ -26,6 +26,12 @@ struct ResolvedModel {
 
 ResolvedModel resolve_model(const std::string& arg, const std::string& revision = "main");
 
+// The file or folder a model argument reads (a .gguf or .bin file, or the
+// resolved Hugging Face folder), so that outputs can be checked against it;
+// empty when the argument is empty or cannot be resolved (loading the model
+// reports that).
+std::filesystem::path model_input_path(const std::string& model);
+
 // The Hugging Face hub cache folder this process would search.
 std::filesystem::path hf_hub_cache_dir();
 
