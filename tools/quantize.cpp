@@ -1,6 +1,5 @@
 // quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT] [--json]
 #include <cstdio>
-#include <optional>
 
 #include "calibration/activation_store.h"
 #include "calibration/quantize_model.h"
@@ -10,7 +9,6 @@
 #include "core/io.h"
 #include "core/progress.h"
 #include "core/text_input.h"
-#include "eval/eval_run.h"
 #include "eval/perplexity.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
@@ -52,20 +50,8 @@ void run_quantize(const QuantizeOpts& o) {
   job.max_memory_bytes = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
   job.allow_nonfinite = o.allow_nonfinite;
   job.invocation = invocation(o);
-  std::optional<eval::EvalResult> evaluated;
-  if (!o.eval_text.empty()) {
-    job.evaluate = [&](const std::filesystem::path& staged) {
-      eval::EvalRequest req;
-      req.model = staged.string();
-      req.text = o.eval_text;
-      req.baseline = o.model;
-      req.ppl.max_spans = o.eval_chunks;
-      eval::EvalRun run = eval::run_eval(req, pool);
-      run.report["model"] = o.out;
-      evaluated = run.result;
-      return run.report;
-    };
-  }
+  job.eval_text = o.eval_text;
+  job.eval_max_chunks = o.eval_chunks;
   const QuantizeSummary s = quantize_model(job, pool, log);
   if (o.json) {
     const std::string text = s.report.dump(2) + "\n";
@@ -79,8 +65,8 @@ void run_quantize(const QuantizeOpts& o) {
                 static_cast<double>(s.output_bytes) / 1048576.0, static_cast<double>(s.peak_rss_bytes) / 1048576.0,
                 s.spilled ? ", calibration activations spilled to disk" : "");
   }
-  if (evaluated) {
-    const eval::EvalResult& r = *evaluated;
+  if (s.evaluation) {
+    const eval::EvalResult& r = *s.evaluation;
     if (!o.json)
       std::printf("eval %s: perplexity %.4f (baseline %.4f, delta %+.4f), mean KLD %.6f, top-1 %.2f%%\n",
                   o.eval_text.c_str(), r.ppl, r.base_ppl, r.ppl_delta, r.kld_mean, 100.0 * r.top1_agreement);

@@ -289,24 +289,16 @@ py::object cmd_quantize(const py::object& model, const std::string& recipe_path,
     ThreadPool& pool = pool_for(threads, holder);
     LazyBar bar{"quantize", "layers", {}};
     job.on_layer = std::ref(bar);
-    if (!eval_text.empty())
-      job.evaluate = [&](const fs::path& staged) {
-        eval::EvalRequest req;
-        req.model = staged.string();
-        req.text = eval_text;
-        req.baseline = job.model;
-        req.ppl.max_spans = eval_max_chunks;
-        LazyBar eval_bar{"eval", "spans", {}};
-        eval::EvalRun run = eval::run_eval(req, pool, std::ref(eval_bar));
-        eval_bar.finish();
-        run.report["model"] = job.out.string();
-        return run.report;
-      };
+    LazyBar eval_bar{"eval", "spans", {}};
+    job.eval_text = eval_text;
+    job.eval_max_chunks = eval_max_chunks;
+    job.eval_progress = std::ref(eval_bar);
     s = quantize_model(job, pool, [&lines](const std::string& line) {
       lines.push_back(line);
       check_signals();
     });
     bar.finish();
+    eval_bar.finish();
     seconds = s.seconds;
   }
   nlohmann::ordered_json j = {{"path", job.out.string()},

@@ -16,6 +16,7 @@
 #include "core/io.h"
 #include "core/version.h"
 #include "eval/bench.h"
+#include "eval/eval_run.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/manifest.h"
 #include "formats/hf/model_config.h"
@@ -328,7 +329,18 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   sum.peak_rss_bytes = eval::peak_rss_bytes();
   report["totals"]["seconds"] = sum.seconds;  // the evaluation's time is its own
   report["totals"]["peak_rss_bytes"] = sum.peak_rss_bytes;
-  report["evaluation"] = job.evaluate ? job.evaluate(stage.path()) : nlohmann::ordered_json();
+  report["evaluation"] = nullptr;
+  if (!job.eval_text.empty()) {
+    eval::EvalRequest req;
+    req.model = stage.path().string();
+    req.text = job.eval_text.string();
+    req.baseline = job.model;
+    req.ppl.max_spans = job.eval_max_chunks;
+    eval::EvalRun run = eval::run_eval(req, pool, job.eval_progress);
+    run.report["model"] = job.out.string();  // where it will be, not the staging folder
+    report["evaluation"] = run.report;
+    sum.evaluation = run.result;
+  }
   write_file_atomic(stage.path() / kQuantizationReportFile, report.dump(2) + "\n");
   write_manifest(stage.path());
   for (const auto& e : fs::directory_iterator(stage.path())) sum.output_bytes += e.is_regular_file() ? e.file_size() : 0;

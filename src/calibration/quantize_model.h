@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "eval/perplexity.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf {
@@ -33,9 +35,13 @@ struct QuantizeJob {
   bool copy_calibration = false;
   // The command line or call, recorded in quantization_report.json.
   std::string invocation;
-  // Runs on the finished output while it is still staged (before anything
-  // appears under `out`); what it returns is the report's "evaluation".
-  std::function<nlohmann::ordered_json(const std::filesystem::path& staged)> evaluate;
+  // When set: the finished output, still staged (nothing is under `out` yet),
+  // is evaluated against `model` on this text (eval::run_eval; `eval_max_chunks`
+  // spans, 0 for all, eval_progress(done, total) counting them), and the
+  // result goes into the summary and the report's "evaluation".
+  std::filesystem::path eval_text;
+  int64_t eval_max_chunks = 0;
+  std::function<void(int64_t, int64_t)> eval_progress;
 };
 
 struct QuantizedLayerRecord {
@@ -52,6 +58,7 @@ struct QuantizeSummary {
   std::string format, method;
   std::vector<QuantizedLayerRecord> per_layer;  // in layer order
   nlohmann::ordered_json report;                // quantization_report.json as written
+  std::optional<eval::EvalResult> evaluation;   // with QuantizeJob::eval_text
 };
 
 // File name of the report written into every quantize output.
