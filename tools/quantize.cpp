@@ -1,4 +1,4 @@
-// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT] [--json]
+// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT] [--json] [--resume]
 #include <cstdio>
 
 #include "calibration/activation_store.h"
@@ -20,7 +20,7 @@ struct QuantizeOpts {
   std::string model, recipe, out, calib, eval_text, max_memory;
   int threads = 0;
   int64_t eval_chunks = 0;
-  bool allow_nonfinite = false, json = false;
+  bool allow_nonfinite = false, json = false, resume = false;
 };
 
 // The command as given, for the report (paths as typed).
@@ -32,6 +32,7 @@ std::string invocation(const QuantizeOpts& o) {
   if (!o.max_memory.empty()) s += " --max-memory " + o.max_memory;
   if (o.threads) s += " --threads " + std::to_string(o.threads);
   if (o.allow_nonfinite) s += " --allow-nonfinite";
+  if (o.resume) s += " --resume";
   return s;
 }
 
@@ -49,6 +50,7 @@ void run_quantize(const QuantizeOpts& o) {
   job.calib = o.calib;
   job.max_memory_bytes = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
   job.allow_nonfinite = o.allow_nonfinite;
+  job.resume = o.resume;
   job.invocation = invocation(o);
   job.eval_text = o.eval_text;
   job.eval_max_chunks = o.eval_chunks;
@@ -90,6 +92,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--max-memory", o->max_memory, "memory for the calibration activations (e.g. 512M, 8G); beyond it they spill to disk, zstd-compressed");
   add_threads_option(cmd, o->threads);
   cmd->add_flag("--json", o->json, "print quantization_report.json (written into the output) instead of the summary");
+  cmd->add_flag("--resume", o->resume, "continue an interrupted run to the same output from its last finished layer (same inputs; byte-identical result)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "quantize even when a weight or calibration statistic is NaN or infinite");
   cmd->callback([o] { run_quantize(*o); });
 }

@@ -94,7 +94,7 @@ class QuantizeResult:
 def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out: PathLike,
              calib: Union[None, PathLike, Iterable[str]] = None, threads: Optional[int] = None,
              max_memory: Union[None, str, int] = None, progress: bool = True, allow_nonfinite: bool = False,
-             eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0) -> QuantizeResult:
+             eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0, resume: bool = False) -> QuantizeResult:
     """Quantizes `model` with a recipe into the new folder `out`
     (compressed-tensors, GPTQ, AutoAWQ or modelopt layout, as the recipe says).
 
@@ -106,6 +106,8 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
     eval_text: evaluate the output against `model` on this text before it is moved into place
     (result.evaluation, and the report's "evaluation"); eval_max_chunks: score only that many
     chunks (0: all).
+    resume: continue a run to the same `out` that was interrupted (killed, Ctrl-C) from its last
+    finished layer, when the inputs are the same; the result is byte-identical to an uninterrupted run.
     """
 
 def report(paths: Union[PathLike, List[PathLike]], out: PathLike) -> List[Dict[str, Any]]:

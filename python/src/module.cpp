@@ -268,7 +268,7 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
 py::object cmd_quantize(const py::object& model, const std::string& recipe_path, const py::object& out,
                     const std::string& calib, std::optional<int> threads, uint64_t max_memory, bool allow_nonfinite,
                     bool progress, const std::string& eval_text, int64_t eval_max_chunks,
-                    const std::string& invocation, bool copy_calibration) {
+                    const std::string& invocation, bool copy_calibration, bool resume) {
   if (eval_max_chunks < 0) throw Error(ErrorKind::Usage, "eval_max_chunks must be >= 0");
   QuantizeJob job;
   job.model = path_arg(model);
@@ -279,6 +279,7 @@ py::object cmd_quantize(const py::object& model, const std::string& recipe_path,
   job.allow_nonfinite = allow_nonfinite;
   job.invocation = invocation;
   job.copy_calibration = copy_calibration;
+  job.resume = resume;
   std::vector<std::string> lines;
   QuantizeSummary s;
   double seconds = 0;
@@ -606,7 +607,7 @@ PYBIND11_MODULE(_quantforge, m) {
   m.def("_quantize", &cmd_quantize, py::arg("model"), py::arg("recipe_path"), py::arg("out"), py::arg("calib") = "",
         py::arg("threads") = py::none(), py::arg("max_memory") = 0, py::arg("allow_nonfinite") = false,
         py::arg("progress") = true, py::arg("eval_text") = "", py::arg("eval_max_chunks") = 0, py::arg("invocation") = "",
-        py::arg("copy_calibration") = false);
+        py::arg("copy_calibration") = false, py::arg("resume") = false);
   m.def("_parse_memory_size", [](const std::string& s) { return parse_memory_size(s, "max_memory"); });
 
   py::class_<PyTokenizer>(m, "Tokenizer")

@@ -277,3 +277,31 @@ def test_bench_has_the_cli_keys(cli, tmp_path):
     assert got["prefill_tokens_per_s"] > 0 and got["decode_tokens_per_s"] > 0
     with pytest.raises(qf.UsageError):
         qf.bench(FIXTURE, prompt=0)
+
+
+def test_quantize_resume_after_kill(tmp_path):
+    """A quantize killed with SIGKILL after its first layers goes on with resume=True (samples given as a
+    list, so the state must be matched by the data, not by the temporary file's path) and writes the same
+    weights as an uninterrupted run."""
+    import subprocess
+    import sys
+    samples = [line for line in CALIB_TEXT.read_text().splitlines() if line.strip()][:40]
+    recipe = (RECIPES / "w4-gptq.yaml").read_text()
+    ref = qf.quantize(FIXTURE, recipe, tmp_path / "ref", calib=samples, threads=1, progress=False)
+    out = tmp_path / "out"
+    code = ("import sys, quantforge as qf\n"
+            f"qf.quantize({str(FIXTURE)!r}, {recipe!r}, {str(out)!r}, calib={samples!r}, threads=1, progress=False)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ))
+    state = tmp_path / ".out.resume/layer-00001.safetensors"
+    deadline = time.time() + 120
+    while not state.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.kill()
+    p.wait()
+    assert state.exists() and not out.exists(), "the run was not killed after its second layer"
+    r = qf.quantize(FIXTURE, recipe, out, calib=samples, threads=2, progress=False, resume=True)
+    assert r.report["totals"]["resumed_layers"] >= 2
+    assert r.report["invocation"].endswith(", resume=True)")
+    assert (out / "model.safetensors").read_bytes() == (tmp_path / "ref/model.safetensors").read_bytes()
+    assert [l["error"] for l in r.report["linears"]] == [l["error"] for l in ref.report["linears"]]
+    assert not (tmp_path / ".out.resume").exists()

@@ -10,10 +10,12 @@
 
 #include "calibration/calibration_data.h"
 #include "calibration/quantize_plan.h"
+#include "calibration/resume_state.h"
 #include "calibration/sequential.h"
 #include "calibration/smoothing.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "core/sha256.h"
 #include "core/version.h"
 #include "eval/bench.h"
 #include "eval/eval_run.h"
@@ -62,6 +64,22 @@ void check_finite_statistics(const LinearToQuantize& in) {
     if (!std::isfinite(h[static_cast<size_t>(i * n + i)]))
       throw invalid_input(in.name, "the calibration statistics (Hessian) are not finite at input column " + std::to_string(i) +
                                        ": the activations overflowed or are NaN");
+}
+
+// Everything the output depends on, for the resume state: the tool, the
+// model's files (sizes and modification times), the recipe, the calibration
+// data (hashed) and the flags that change what is written.
+nlohmann::ordered_json resume_fingerprint(const QuantizeJob& job, const std::filesystem::path& model_dir,
+                                          const Recipe& recipe, const std::filesystem::path& calib_used) {
+  namespace fs = std::filesystem;
+  nlohmann::ordered_json fp;
+  fp["tool"] = version();
+  fp["model_files"] = model_file_stats(model_dir);
+  fp["recipe"] = recipe.text;
+  // By content: the Python module's list of samples lives in a new temporary file each call.
+  fp["calibration"] = calib_used.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(sha256_file_hex(calib_used));
+  fp["allow_nonfinite"] = job.allow_nonfinite;
+  return fp;
 }
 
 }  // namespace
@@ -187,7 +205,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   double err_sum = 0;
-  run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
+  const auto export_layer = [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs, bool restored) {
     double worst = 0;
     for (auto& d : done) {
       const ActQuantParams* act = d.act ? &*d.act : nullptr;
@@ -221,9 +239,27 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     std::snprintf(line, sizeof line, "layer %lld/%lld: %zu linears in %.2f s, relative error mean %.3g, max %.3g",
                   static_cast<long long>(li + 1), static_cast<long long>(cfg.num_hidden_layers), done.size(), secs,
                   rec.mean_error, worst);
-    log(line);
+    log(std::string(line) + (restored ? " (restored)" : ""));
     ++sum.layers;
     if (job.on_layer) job.on_layer(sum.layers, cfg.num_hidden_layers);
+  };
+  // Each finished layer is saved beside the output until it is committed, so
+  // that an interrupted run can go on (--resume) with the same result.
+  ResumeState state(job.out, resume_fingerprint(job, rm.dir, recipe, calib_used), job.resume, log);
+  so.resume_layers = std::min<int64_t>(state.layers_done(), cfg.num_hidden_layers);
+  sum.resumed_layers = so.resume_layers;
+  so.restore = [&](int64_t li) {
+    SavedLayer saved = state.restore_layer(li, model->mutable_layer(li));
+    if (so.kv_amax) {
+      if (!saved.kv_amax) throw invalid_input(ResumeState::folder_for(job.out).string(), "layer " + std::to_string(li) + " has no KV-cache ranges");
+      so.kv_amax->push_back(*saved.kv_amax);
+    }
+    export_layer(li, saved.done, saved.seconds, true);
+  };
+  run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
+    export_layer(li, done, secs, false);
+    state.save_layer(li, model->weights().layers[static_cast<size_t>(li)], done, secs,
+                     so.kv_amax ? &so.kv_amax->back() : nullptr);
   }, so);
   sum.mean_error = sum.linears ? err_sum / static_cast<double>(sum.linears) : 0;
 
@@ -324,7 +360,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                       {"bits_per_quantized_weight", weights > 0 ? bits / weights : 0.0},
                       {"mean_error", sum.mean_error},
                       {"max_error", sum.max_error},
-                      {"spilled", sum.spilled}};
+                      {"spilled", sum.spilled},
+                      {"resumed_layers", sum.resumed_layers}};
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.peak_rss_bytes = eval::peak_rss_bytes();
   report["totals"]["seconds"] = sum.seconds;  // the evaluation's time is its own
@@ -345,6 +382,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   write_manifest(stage.path());
   for (const auto& e : fs::directory_iterator(stage.path())) sum.output_bytes += e.is_regular_file() ? e.file_size() : 0;
   stage.commit();
+  state.remove();
   sum.report = std::move(report);
   return sum;
 }

@@ -33,6 +33,11 @@ struct QuantizeJob {
   // calibration.txt) and point the copied recipe at it: for data that lives
   // nowhere else (the Python module's list of strings).
   bool copy_calibration = false;
+  // Continue an interrupted run to the same output from its last finished
+  // layer (calibration/resume_state.h); without it a saved state is
+  // discarded. Either way each finished layer is saved until the output is
+  // committed.
+  bool resume = false;
   // The command line or call, recorded in quantization_report.json.
   std::string invocation;
   // When set: the finished output, still staged (nothing is under `out` yet),
@@ -51,6 +56,7 @@ struct QuantizedLayerRecord {
 
 struct QuantizeSummary {
   int64_t linears = 0, layers = 0, samples = 0, tokens = 0;
+  int64_t resumed_layers = 0;  // layers restored from an interrupted run
   double seconds = 0, mean_error = 0, max_error = 0;
   uint64_t output_bytes = 0;
   uint64_t peak_rss_bytes = 0;

@@ -133,7 +133,14 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     model.embed(b, x.data());
     hidden.store(s, x);
   }
+  if (opts.resume_layers > 0 && !opts.restore)
+    throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    if (li < opts.resume_layers) {
+      opts.restore(li);
+      run_layer(model, li, samples, hidden, pool, nullptr, true);
+      continue;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (opts.transform) opts.transform(li, samples, [&](size_t s) { return hidden.load(s); });
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.

@@ -84,6 +84,13 @@ struct SequentialOptions {
   // Fill LinearToQuantize::fused_weight_amax (NVFP4 global scales shared by
   // the Linears vLLM fuses).
   bool fused_weight_amax = false;
+  // Resuming: layers [0, resume_layers) were quantized by an earlier run.
+  // For each, restore(layer) puts its saved weights into the model (and
+  // hands its saved results on); the pipeline then only runs the layer's
+  // forward to rebuild the hidden states entering the next one. Neither
+  // transform, quantize nor layer_done is called for them.
+  int64_t resume_layers = 0;
+  std::function<void(int64_t layer)> restore;
 };
 
 // Which of the fused sets a layer Linear belongs to: 0 for q/k/v (vLLM's

@@ -31,6 +31,39 @@ expect_exit() {
   fi
 }
 
+# same_output A B: two outputs are the same. GGUF files: byte-identical.
+# Quantize folders: the same files, byte-identical, except that the report
+# (and the manifest's line for it) may differ in times, the command line and
+# resumed_layers.
+same_output() {
+  $PY - "$1" "$2" <<'PYEOF'
+import json, os, sys
+a, b = sys.argv[1], sys.argv[2]
+if os.path.isfile(a) or os.path.isfile(b):
+    assert open(a, "rb").read() == open(b, "rb").read(), f"{a} and {b} differ"
+    sys.exit(0)
+fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
+assert fa == fb, f"files differ: {fa} vs {fb}"
+volatile = {"seconds", "peak_rss_bytes", "invocation", "resumed_layers"}
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if k not in volatile}
+    if isinstance(x, list):
+        return [strip(v) for v in x]
+    return x
+for f in fa:
+    da, db = open(os.path.join(a, f), "rb").read(), open(os.path.join(b, f), "rb").read()
+    if f == "quantization_report.json":
+        assert strip(json.loads(da)) == strip(json.loads(db)), "the reports differ beyond times"
+    elif f == "quantforge_manifest.json":
+        ma = [e for e in json.loads(da)["files"] if e["path"] != "quantization_report.json"]
+        mb = [e for e in json.loads(db)["files"] if e["path"] != "quantization_report.json"]
+        assert ma == mb, "the manifests differ"
+    else:
+        assert da == db, f"{f} differs"
+PYEOF
+}
+
 finish() {
   echo "$passes passed, $fails failed"
   [[ $fails -eq 0 ]]

@@ -11,6 +11,19 @@ namespace qf {
 
 namespace fs = std::filesystem;
 
+nlohmann::ordered_json model_file_stats(const fs::path& dir) {
+  std::vector<fs::path> names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (fs::is_regular_file(e.path())) names.push_back(e.path());
+  std::sort(names.begin(), names.end());
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const fs::path& p : names)
+    files.push_back({{"name", p.filename().string()},
+                     {"bytes", fs::file_size(p)},
+                     {"mtime", static_cast<int64_t>(fs::last_write_time(p).time_since_epoch().count())}});
+  return files;
+}
+
 fs::path hf_hub_cache_dir() {
   if (const char* c = std::getenv("HF_HUB_CACHE"); c && *c) return c;
   if (const char* h = std::getenv("HF_HOME"); h && *h) return fs::path(h) / "hub";

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace qf {
 
 struct ResolvedModel {
@@ -31,6 +33,12 @@ ResolvedModel resolve_model(const std::string& arg, const std::string& revision 
 // empty when the argument is empty or cannot be resolved (loading the model
 // reports that).
 std::filesystem::path model_input_path(const std::string& model);
+
+// The regular files of a model folder (symbolic links followed, as in a cache
+// snapshot), sorted by name, as [{"name", "bytes", "mtime"}]: what resuming
+// and batch runs compare to tell whether a model changed. Names, not paths,
+// so the same files reached by another path or host compare equal.
+nlohmann::ordered_json model_file_stats(const std::filesystem::path& dir);
 
 // The Hugging Face hub cache folder this process would search.
 std::filesystem::path hf_hub_cache_dir();

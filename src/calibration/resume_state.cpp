@@ -1,0 +1,311 @@
+#include "calibration/resume_state.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "core/temporaries.h"
+#include "formats/safetensors.h"
+#include "runtime/linear.h"
+
+namespace qf {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kLayerMeta = "qf_layer";
+
+std::string layer_stem(int64_t li) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "layer-%05lld", static_cast<long long>(li));
+  return buf;
+}
+
+DType dtype_named(const std::string& s, const std::string& where) {
+  const std::optional<DType> d = dtype_from_safetensors(s);
+  if (!d) throw invalid_input(where, "unknown dtype '" + s + "'");
+  return *d;
+}
+
+json scheme_json(const QuantScheme& s) {
+  return {{"type", quant_type_name(s.type)}, {"bits", s.bits}, {"symmetric", s.symmetric},
+          {"strategy", strategy_name(s.strategy)}, {"group_size", s.group_size},
+          {"scale_dtype", safetensors_dtype_name(s.scale_dtype)}};
+}
+
+QuantType type_named(const std::string& s, const std::string& where) {
+  if (s == "int") return QuantType::Int;
+  if (s == "float") return QuantType::Float;
+  throw invalid_input(where, "unknown quantization type '" + s + "'");
+}
+
+QuantStrategy strategy_named(const std::string& s, const std::string& where) {
+  for (QuantStrategy t : {QuantStrategy::Tensor, QuantStrategy::Channel, QuantStrategy::Group, QuantStrategy::TensorGroup,
+                          QuantStrategy::Token})
+    if (s == strategy_name(t)) return t;
+  throw invalid_input(where, "unknown strategy '" + s + "'");
+}
+
+QuantScheme scheme_from(const json& j, const std::string& where) {
+  QuantScheme s;
+  s.type = type_named(j.at("type").get<std::string>(), where);
+  s.bits = j.at("bits").get<int>();
+  s.symmetric = j.at("symmetric").get<bool>();
+  s.strategy = strategy_named(j.at("strategy").get<std::string>(), where);
+  s.group_size = j.at("group_size").get<int64_t>();
+  s.scale_dtype = dtype_named(j.at("scale_dtype").get<std::string>(), where);
+  return s;
+}
+
+json act_json(const ActQuantParams& a) {
+  const ActivationScheme& s = a.scheme;
+  return {{"type", quant_type_name(s.type)}, {"bits", s.bits},           {"symmetric", s.symmetric},
+          {"strategy", strategy_name(s.strategy)}, {"group_size", s.group_size}, {"dynamic", s.dynamic},
+          {"scale", a.scale}, {"zero_point", a.zero_point}, {"global_scale", a.global_scale}};
+}
+
+ActQuantParams act_from(const json& j, const std::string& where) {
+  ActQuantParams a;
+  a.scheme.type = type_named(j.at("type").get<std::string>(), where);
+  a.scheme.bits = j.at("bits").get<int>();
+  a.scheme.symmetric = j.at("symmetric").get<bool>();
+  a.scheme.strategy = strategy_named(j.at("strategy").get<std::string>(), where);
+  a.scheme.group_size = j.at("group_size").get<int64_t>();
+  a.scheme.dynamic = j.at("dynamic").get<bool>();
+  a.scale = j.at("scale").get<float>();
+  a.zero_point = j.at("zero_point").get<int32_t>();
+  a.global_scale = j.at("global_scale").get<float>();
+  return a;
+}
+
+template <typename T>
+void add_vector(SafetensorsWriter& w, const std::string& name, DType dt, const std::vector<T>& v) {
+  w.add(name, dt, {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> read_vector(const SafetensorsFile& f, const std::string& name, DType dt, bool optional) {
+  if (!f.find(name)) {
+    if (optional) return {};
+    throw invalid_input(f.path().string(), "tensor '" + name + "' is missing");
+  }
+  const Tensor t = f.tensor(name);
+  if (t.dtype() != dt || t.ndim() != 1)
+    throw invalid_input(f.path().string(), "tensor '" + name + "' has the wrong dtype or rank");
+  const T* p = t.data_as<T>();
+  return std::vector<T>(p, p + t.numel());
+}
+
+// The float dtype of a dense Linear's stored form ("f32", "f16", "bf16").
+std::optional<DType> dense_dtype(const rt::Linear& lin) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16})
+    if (lin.format() == dtype_name(d)) return d;
+  return std::nullopt;
+}
+
+}  // namespace
+
+fs::path ResumeState::folder_for(const fs::path& out) {
+  fs::path p = out;
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = "." + p.filename().string() + ".resume";
+  return p.parent_path().empty() ? fs::path(name) : p.parent_path() / name;
+}
+
+ResumeState::ResumeState(const fs::path& out, json fingerprint, bool resume,
+                         const std::function<void(const std::string&)>& log)
+    : dir_(folder_for(out)), fingerprint_(std::move(fingerprint)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_))
+    throw io_error(dir_.string(), "cannot create the folder for the resume state: " + ec.message());
+  std::string holder;
+  lock_ = FileLock::try_acquire(dir_ / "lock", &holder);
+  if (!lock_)
+    throw io_error(out.string(), "another quantforge process is writing this output (" + holder + ", lock " +
+                                     (dir_ / "lock").string() + ")");
+  const fs::path state = dir_ / kStateFile;
+  int64_t saved = 0;
+  std::string why;
+  if (fs::exists(state)) {
+    try {
+      const json j = json::parse(read_text_file(state));
+      if (j.value("format", "") != "quantforge-resume" || j.value("version", 0) != 1) {
+        why = "it is not a state file this version reads";
+      } else if (j.at("fingerprint") != fingerprint_) {
+        std::string changed;
+        const json& old = j.at("fingerprint");
+        for (auto it = fingerprint_.begin(); it != fingerprint_.end(); ++it)
+          if (!old.contains(it.key()) || old.at(it.key()) != it.value()) changed += (changed.empty() ? "" : ", ") + it.key();
+        why = "it was made for different inputs (changed: " + changed + ")";
+      } else {
+        saved = j.at("layers_done").get<int64_t>();
+        // Only the layers whose files are all there count.
+        int64_t ok = 0;
+        while (ok < saved && fs::exists(dir_ / (layer_stem(ok) + ".safetensors"))) ++ok;
+        saved = ok;
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      why = std::string("it cannot be read (") + e.what() + ")";
+    }
+  }
+  if (resume && saved > 0) {
+    layers_done_ = saved;
+    log("resuming: " + std::to_string(saved) + " finished layer(s) restored from " + dir_.string());
+  } else {
+    if (resume && fs::exists(state))
+      log("note: the saved state in " + dir_.string() + " is not used: " + (why.empty() ? "no finished layer" : why) +
+          "; starting over");
+    else if (resume)
+      log("note: no saved state for " + out.string() + "; starting from the first layer");
+    else if (fs::exists(state))
+      log("note: discarding the state of an interrupted run in " + dir_.string() + " (--resume continues one)");
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename() != "lock") fs::remove_all(e.path());
+  }
+  // Until a layer is finished the state is worth nothing: an interrupt
+  // (SIGINT, SIGTERM, SIGHUP) removes it with the other temporaries. From
+  // the first finished layer on it stays, for --resume.
+  if (layers_done_ == 0 && !create_registered_temporary(dir_, [this] { return fs::is_directory(dir_); }))
+    throw io_error(out.string(), "interrupted");
+  write_state();
+}
+
+void ResumeState::write_state() const {
+  json j;
+  j["format"] = "quantforge-resume";
+  j["version"] = 1;
+  j["fingerprint"] = fingerprint_;
+  j["layers_done"] = layers_done_;
+  write_file_atomic(dir_ / kStateFile, j.dump(2) + "\n");
+}
+
+void ResumeState::save_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
+                             double seconds, const std::pair<float, float>* kv_amax) {
+  if (li != layers_done_) throw Error(ErrorKind::Internal, "resume state: layer " + std::to_string(li) + " saved out of order");
+  SafetensorsWriter w(dir_, layer_stem(li), ~0ull);
+  json meta;
+  meta["layer"] = li;
+  meta["seconds"] = seconds;
+  meta["kv_amax"] = kv_amax ? json::array({kv_amax->first, kv_amax->second}) : json();
+  json linears = json::array();
+  for (const QuantizedLinearResult& d : done) {
+    linears.push_back({{"name", d.name},
+                       {"scheme", scheme_json(d.q.scheme)},
+                       {"rows", d.q.rows},
+                       {"cols", d.q.cols},
+                       {"global_scale", d.q.global_scale},
+                       {"error", d.error},
+                       {"seconds", d.seconds},
+                       {"note", d.note},
+                       {"act", d.act ? act_json(*d.act) : json()}});
+    add_vector(w, d.name + ".q", DType::U8, d.q.q);
+    add_vector(w, d.name + ".scales", DType::F32, d.q.scales);
+    if (!d.q.zeros.empty()) add_vector(w, d.name + ".zeros", DType::I32, d.q.zeros);
+    if (!d.q.g_idx.empty()) add_vector(w, d.name + ".g_idx", DType::I32, d.q.g_idx);
+  }
+  meta["linears"] = linears;
+  add_vector(w, "attn_norm", DType::F32, L.attn_norm);
+  add_vector(w, "ffn_norm", DType::F32, L.ffn_norm);
+  if (!L.q_norm.empty()) add_vector(w, "q_norm", DType::F32, L.q_norm);
+  if (!L.k_norm.empty()) add_vector(w, "k_norm", DType::F32, L.k_norm);
+  const std::string prefix = "model.layers." + std::to_string(li) + ".";
+  for (const rt::LayerLinear& e : rt::kLayerLinears) {
+    const rt::Linear& lin = *(L.*e.member);
+    const std::string name = prefix + e.name;
+    const std::vector<float> bias = lin.bias_values();
+    if (!bias.empty()) add_vector(w, name + ".bias", DType::F32, bias);
+    bool quantized = false;
+    for (const auto& d : done) quantized = quantized || d.name == name;
+    if (quantized) continue;
+    const std::optional<DType> dt = dense_dtype(lin);
+    if (!dt) throw Error(ErrorKind::Internal, name + ": a Linear left unquantized is not dense (" + lin.format() + ")");
+    w.add(name + ".weight", Tensor::from_f32(lin.decode_all(), {lin.out_features(), lin.in_features()}).to(*dt));
+  }
+  w.set_metadata({{kLayerMeta, meta.dump()}});
+  w.finish();
+  layers_done_ = li + 1;
+  write_state();
+  if (li == 0) unregister_temporary(dir_);
+}
+
+SavedLayer ResumeState::restore_layer(int64_t li, rt::LayerWeights& L) const {
+  const fs::path file = dir_ / (layer_stem(li) + ".safetensors");
+  const std::string where = file.string();
+  const SafetensorsFile f = SafetensorsFile::open(file);
+  SavedLayer s;
+  try {
+    auto it = f.metadata().find(kLayerMeta);
+    if (it == f.metadata().end()) throw invalid_input(where, "no layer record in the metadata");
+    const json meta = json::parse(it->second);
+    if (meta.at("layer").get<int64_t>() != li) throw invalid_input(where, "holds another layer");
+    s.seconds = meta.at("seconds").get<double>();
+    if (!meta.at("kv_amax").is_null())
+      s.kv_amax = std::make_pair(meta["kv_amax"][0].get<float>(), meta["kv_amax"][1].get<float>());
+    for (const json& l : meta.at("linears")) {
+      QuantizedLinearResult d;
+      d.name = l.at("name").get<std::string>();
+      d.q.scheme = scheme_from(l.at("scheme"), where);
+      d.q.rows = l.at("rows").get<int64_t>();
+      d.q.cols = l.at("cols").get<int64_t>();
+      d.q.global_scale = l.at("global_scale").get<float>();
+      d.q.q = read_vector<uint8_t>(f, d.name + ".q", DType::U8, false);
+      d.q.scales = read_vector<float>(f, d.name + ".scales", DType::F32, false);
+      d.q.zeros = read_vector<int32_t>(f, d.name + ".zeros", DType::I32, true);
+      d.q.g_idx = read_vector<int32_t>(f, d.name + ".g_idx", DType::I32, true);
+      d.q.validate(where + ": " + d.name);
+      d.error = l.at("error").get<double>();
+      d.seconds = l.at("seconds").get<double>();
+      d.note = l.at("note").get<std::string>();
+      if (!l.at("act").is_null()) d.act = act_from(l.at("act"), where);
+      s.done.push_back(std::move(d));
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw invalid_input(where, std::string("damaged layer record: ") + e.what());
+  }
+  L.attn_norm = read_vector<float>(f, "attn_norm", DType::F32, false);
+  L.ffn_norm = read_vector<float>(f, "ffn_norm", DType::F32, false);
+  if (!L.q_norm.empty()) L.q_norm = read_vector<float>(f, "q_norm", DType::F32, false);
+  if (!L.k_norm.empty()) L.k_norm = read_vector<float>(f, "k_norm", DType::F32, false);
+  const std::string prefix = "model.layers." + std::to_string(li) + ".";
+  for (const rt::LayerLinear& e : rt::kLayerLinears) {
+    std::shared_ptr<rt::Linear>& slot = L.*e.member;
+    const std::string name = prefix + e.name;
+    const std::optional<Tensor> bias = rt::bias_tensor(read_vector<float>(f, name + ".bias", DType::F32, true));
+    const Tensor* b = bias ? &*bias : nullptr;
+    const QuantizedLinearResult* q = nullptr;
+    for (const auto& d : s.done)
+      if (d.name == name) q = &d;
+    if (q) {
+      slot = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, b, name);
+    } else {
+      if (!f.find(name + ".weight")) throw invalid_input(where, "tensor '" + name + ".weight' is missing");
+      // A copy: the layer outlives this mapping.
+      const Tensor t = f.tensor(name + ".weight");
+      slot = rt::make_dense_linear(t.to(t.dtype()), b, name);
+    }
+    if (slot->out_features() <= 0) throw invalid_input(where, name + ": empty Linear");
+  }
+  return s;
+}
+
+ResumeState::~ResumeState() {
+  if (lock_ && layers_done_ == 0) remove();
+}
+
+void ResumeState::remove() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  unregister_temporary(dir_);
+  lock_.reset();
+}
+
+}  // namespace qf

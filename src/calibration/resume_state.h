@@ -1,0 +1,87 @@
+// What an interrupted `quantize` needs to continue: per finished decoder
+// layer, its quantized Linears (codes, scales, zero points, g_idx, input
+// quantizers, errors, times, notes), the layer's float weights as the
+// pipeline left them (norms and Linears kept in full precision, which AWQ and
+// SmoothQuant rescale) and its KV-cache ranges.
+//
+// The state lives beside the output, in the folder ".NAME.resume" (a fixed
+// name, so that a run on another host of a shared filesystem finds it), as
+//   state.json            {"format": "quantforge-resume", "version": 1,
+//                          "fingerprint": {...}, "layers_done": N}
+//   layer-00000.safetensors ...  one per finished layer (metadata "qf_layer")
+//   lock                   held (core/file_lock.h) while a run writes
+// Each file is replaced atomically, the layer before the count, so a kill at
+// any instant leaves a consistent prefix. Before the first layer is finished
+// the folder is a registered temporary (an interrupt removes it); from then
+// on it stays until the output is committed, whatever ends the run. A resumed run restores the finished
+// layers into the model, re-runs only their forward on the calibration set
+// (which is deterministic: the runtime's sums do not depend on the thread
+// count) to rebuild the hidden states, hands their saved results to the
+// exporter in the original order, and goes on from the next layer: the
+// output is byte-identical to an uninterrupted run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibration/sequential.h"
+#include "core/file_lock.h"
+#include "runtime/model.h"
+
+namespace qf {
+
+// A finished layer as saved.
+struct SavedLayer {
+  double seconds = 0;
+  std::vector<QuantizedLinearResult> done;          // in the order they were exported
+  std::optional<std::pair<float, float>> kv_amax;   // with KV-cache calibration
+};
+
+class ResumeState {
+ public:
+  // The state folder of the output folder `out`.
+  static std::filesystem::path folder_for(const std::filesystem::path& out);
+
+  // Takes the lock (Io error naming `out` when another process is writing
+  // it). With `resume`, a saved state whose fingerprint equals `fingerprint`
+  // is kept; any other state is discarded (log says why). Without a usable
+  // state the run starts at layer 0.
+  ResumeState(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, bool resume,
+              const std::function<void(const std::string&)>& log);
+
+  // Finished layers a run may skip (0 when starting over).
+  int64_t layers_done() const { return layers_done_; }
+
+  // Saves layer `li` (the next one: li == layers_done()) after it was exported.
+  void save_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,
+                  const std::pair<float, float>* kv_amax);
+
+  // Puts saved layer `li` (< layers_done()) into L: quantized Linears rebuilt
+  // from their codes, the other Linears and the norms as saved. InvalidInput
+  // naming the file when it is damaged.
+  SavedLayer restore_layer(int64_t li, rt::LayerWeights& L) const;
+
+  // Removes the folder (the output is committed).
+  void remove();
+  // A state with no finished layer is worth nothing: a run that fails before
+  // its first layer leaves no folder behind.
+  ~ResumeState();
+  ResumeState(const ResumeState&) = delete;
+  ResumeState& operator=(const ResumeState&) = delete;
+
+ private:
+  std::filesystem::path dir_;
+  std::optional<FileLock> lock_;
+  nlohmann::ordered_json fingerprint_;
+  int64_t layers_done_ = 0;
+  void write_state() const;
+};
+
+}  // namespace qf
