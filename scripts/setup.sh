@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
   python3-dev python3-numpy python3-pytest python3-tqdm
   python3-matplotlib python3-nbclient python3-nbformat python3-ipykernel
+  slurmctld slurmd slurm-client munge   # tests/cli/slurm.sh runs a one-node cluster for `batch`
 )
 for arg in "$@"; do
   case "$arg" in

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   qf::cli::register_imatrix(app);
   qf::cli::register_quantize(app);
   qf::cli::register_report(app);
+  qf::cli::register_batch(app);
   try {
     try {
       app.parse(argc, argv);
