@@ -317,6 +317,10 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
           throw io_error(o.out.string(), "not enough free disk for job " + job.id + ": about " + mib(need) +
                                              " needed (estimate" + (f.reserve_disk ? " + reserve_disk" : "") + "), " +
                                              mib(have) + " free");
+        // Only what this batch wrote is ever replaced.
+        if (!prev && fs::exists(job.output))
+          throw io_error(job.output.string(), "exists but was not written by this batch (no record in " +
+                                                  (o.out / ".batch").string() + "); move it away or choose another -o");
         const auto tp = std::chrono::steady_clock::now();
         produce(f, job, o, pool, log, r);
         r.produce_seconds = seconds_since(tp);

@@ -134,6 +134,13 @@ printf 'reserve_disk: 100000T\nmodels:\n  - path: %s/fixture-llama\ntargets:\n  
 expect_exit 5 "not enough free disk for job fixture-llama/Q8_0" -- "$QF" -q batch "$WORK/disk.yaml" -o "$WORK/disk"
 [[ ! -e $WORK/disk/fixture-llama/Q8_0.gguf ]] && ok "nothing written for the refused job" || fail "the refused job wrote its output"
 
+# A file at a job's output path that this batch did not write is never replaced.
+mkdir -p "$WORK/foreign/fixture-llama"
+echo precious >"$WORK/foreign/fixture-llama/Q8_0.gguf"
+printf 'models:\n  - path: %s/fixture-llama\ntargets:\n  - gguf: Q8_0\n' "$D" >"$WORK/foreign.yaml"
+expect_exit 5 "Q8_0.gguf: exists but was not written by this batch" -- "$QF" -q batch "$WORK/foreign.yaml" -o "$WORK/foreign"
+[[ $(cat "$WORK/foreign/fixture-llama/Q8_0.gguf") == precious ]] && ok "the foreign file is untouched" || fail "the foreign file was replaced"
+
 # 9. Jobs-file errors: one line with FILE:LINE:COL, the right exit code.
 bad() {  # bad CODE PATTERN YAML
   printf '%b\n' "$3" >"$WORK/bad.yaml"
