@@ -111,7 +111,13 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix);
 
   GgufWriter w(out);
-  const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/
+  // snapshots/COMMIT) the repo's NAME rather than the commit hash.
+  const std::filesystem::path folder = dir.filename().empty() ? dir.parent_path() : dir;
+  std::string name = folder.filename().string();
+  const std::string repo = folder.parent_path().parent_path().filename().string();
+  if (folder.parent_path().filename() == "snapshots" && repo.rfind("models--", 0) == 0 && repo.rfind("--") > 7)
+    name = repo.substr(repo.rfind("--") + 2);
   w.add_string("general.architecture", arch);
   w.add_string("general.name", name);
   auto key = [&](const std::string& k) { return arch + "." + k; };

@@ -134,6 +134,26 @@ printf 'reserve_disk: 100000T\nmodels:\n  - path: %s/fixture-llama\ntargets:\n  
 expect_exit 5 "not enough free disk for job fixture-llama/Q8_0" -- "$QF" -q batch "$WORK/disk.yaml" -o "$WORK/disk"
 [[ ! -e $WORK/disk/fixture-llama/Q8_0.gguf ]] && ok "nothing written for the refused job" || fail "the refused job wrote its output"
 
+# Models from a Hugging Face cache: an id and a glob (snapshots of symbolic
+# links, as the hub writes them), named ORG--NAME.
+for r in tiny tiny2; do
+  snap="$WORK/hub/models--org--$r/snapshots/abc123"
+  mkdir -p "$snap" "$WORK/hub/models--org--$r/refs"
+  for f in "$D/fixture-llama"/*; do ln -s "$f" "$snap/"; done
+  echo abc123 >"$WORK/hub/models--org--$r/refs/main"
+done
+printf 'models:\n  - glob: "org/tiny*"\n  - hf: org/tiny\n    name: again\ntargets:\n  - gguf: Q8_0\n' >"$WORK/hub.yaml"
+HF_HUB_CACHE="$WORK/hub" "$QF" -q batch "$WORK/hub.yaml" -o "$WORK/h" --json >"$WORK/h.json" || fail "batch over the cache"
+$PY - "$WORK/h.json" <<'PYEOF' && ok "cache glob and id: org--tiny, org--tiny2, again" || fail "cache models: $(cat "$WORK/h.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [j["id"] for j in s["jobs"]] == ["org--tiny/Q8_0", "org--tiny2/Q8_0", "again/Q8_0"], s["jobs"]
+assert s["summary"]["done"] == 3
+PYEOF
+HF_HUB_CACHE="$WORK/hub" "$QF" -q convert org/tiny2 --to gguf --type Q8_0 -o "$WORK/tiny2.gguf"
+cmp -s "$WORK/h/org--tiny2/Q8_0.gguf" "$WORK/tiny2.gguf" && ok "the cache model's Q8_0 equals convert's" || fail "cache model output differs"
+"$QF" inspect "$WORK/tiny2.gguf" --json | grep -q '"general.name": "tiny2"' && ok "a cache snapshot's GGUF is named after its repo" || fail "general.name of a cache snapshot"
+
 # A file at a job's output path that this batch did not write is never replaced.
 mkdir -p "$WORK/foreign/fixture-llama"
 echo precious >"$WORK/foreign/fixture-llama/Q8_0.gguf"
