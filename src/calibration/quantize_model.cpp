@@ -258,9 +258,10 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   };
   run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
     export_layer(li, done, secs, false);
-    state.save_layer(li, model->weights().layers[static_cast<size_t>(li)], done, secs,
-                     so.kv_amax ? &so.kv_amax->back() : nullptr);
+    state.save_layer(li, model->weights().layers[static_cast<size_t>(li)], std::move(done), secs,
+                     so.kv_amax ? std::optional<std::pair<float, float>>(so.kv_amax->back()) : std::nullopt);
   }, so);
+  state.finish();
   sum.mean_error = sum.linears ? err_sum / static_cast<double>(sum.linears) : 0;
 
   // Norms, biases and full-precision Linears of the decoder layers, as the

@@ -186,9 +186,21 @@ void ResumeState::write_state() const {
   write_file_atomic(dir_ / kStateFile, j.dump(2) + "\n");
 }
 
-void ResumeState::save_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
-                             double seconds, const std::pair<float, float>* kv_amax) {
+void ResumeState::save_layer(int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done, double seconds,
+                             std::optional<std::pair<float, float>> kv_amax) {
+  finish();
   if (li != layers_done_) throw Error(ErrorKind::Internal, "resume state: layer " + std::to_string(li) + " saved out of order");
+  pending_ = std::async(std::launch::async, [this, li, L = std::move(L), done = std::move(done), seconds, kv_amax] {
+    write_layer(li, L, done, seconds, kv_amax);
+  });
+}
+
+void ResumeState::finish() {
+  if (pending_.valid()) pending_.get();
+}
+
+void ResumeState::write_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
+                              double seconds, const std::optional<std::pair<float, float>>& kv_amax) {
   SafetensorsWriter w(dir_, layer_stem(li), ~0ull);
   json meta;
   meta["layer"] = li;
@@ -205,7 +217,15 @@ void ResumeState::save_layer(int64_t li, const rt::LayerWeights& L, const std::v
                        {"seconds", d.seconds},
                        {"note", d.note},
                        {"act", d.act ? act_json(*d.act) : json()}});
-    add_vector(w, d.name + ".q", DType::U8, d.q.q);
+    // Codes of 4 bits or fewer two to a byte (low nibble first): the state is
+    // written once per layer and its size is most of its cost.
+    if (d.q.scheme.bits <= 4) {
+      std::vector<uint8_t> packed((d.q.q.size() + 1) / 2, 0);
+      for (size_t i = 0; i < d.q.q.size(); ++i) packed[i / 2] |= static_cast<uint8_t>((d.q.q[i] & 0xF) << (4 * (i % 2)));
+      add_vector(w, d.name + ".q4", DType::U8, packed);
+    } else {
+      add_vector(w, d.name + ".q", DType::U8, d.q.q);
+    }
     add_vector(w, d.name + ".scales", DType::F32, d.q.scales);
     if (!d.q.zeros.empty()) add_vector(w, d.name + ".zeros", DType::I32, d.q.zeros);
     if (!d.q.g_idx.empty()) add_vector(w, d.name + ".g_idx", DType::I32, d.q.g_idx);
@@ -255,7 +275,15 @@ SavedLayer ResumeState::restore_layer(int64_t li, rt::LayerWeights& L) const {
       d.q.rows = l.at("rows").get<int64_t>();
       d.q.cols = l.at("cols").get<int64_t>();
       d.q.global_scale = l.at("global_scale").get<float>();
-      d.q.q = read_vector<uint8_t>(f, d.name + ".q", DType::U8, false);
+      if (d.q.scheme.bits <= 4) {
+        const std::vector<uint8_t> packed = read_vector<uint8_t>(f, d.name + ".q4", DType::U8, false);
+        const size_t n = static_cast<size_t>(d.q.rows * d.q.cols);
+        if (packed.size() != (n + 1) / 2) throw invalid_input(where, d.name + ": packed codes have the wrong size");
+        d.q.q.resize(n);
+        for (size_t i = 0; i < n; ++i) d.q.q[i] = static_cast<uint8_t>((packed[i / 2] >> (4 * (i % 2))) & 0xF);
+      } else {
+        d.q.q = read_vector<uint8_t>(f, d.name + ".q", DType::U8, false);
+      }
       d.q.scales = read_vector<float>(f, d.name + ".scales", DType::F32, false);
       d.q.zeros = read_vector<int32_t>(f, d.name + ".zeros", DType::I32, true);
       d.q.g_idx = read_vector<int32_t>(f, d.name + ".g_idx", DType::I32, true);
@@ -298,10 +326,18 @@ SavedLayer ResumeState::restore_layer(int64_t li, rt::LayerWeights& L) const {
 }
 
 ResumeState::~ResumeState() {
+  try {
+    finish();
+  } catch (...) {  // the run is failing already
+  }
   if (lock_ && layers_done_ == 0) remove();
 }
 
 void ResumeState::remove() {
+  try {
+    finish();
+  } catch (...) {  // the state goes anyway
+  }
   std::error_code ec;
   fs::remove_all(dir_, ec);
   unregister_temporary(dir_);

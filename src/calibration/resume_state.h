@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <utility>
@@ -56,12 +57,18 @@ class ResumeState {
   ResumeState(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, bool resume,
               const std::function<void(const std::string&)>& log);
 
-  // Finished layers a run may skip (0 when starting over).
+  // Finished layers a run may skip (0 when starting over); read before the
+  // first save_layer.
   int64_t layers_done() const { return layers_done_; }
 
-  // Saves layer `li` (the next one: li == layers_done()) after it was exported.
-  void save_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,
-                  const std::pair<float, float>* kv_amax);
+  // Saves layer `li` (the next one) after it was exported. The writing runs
+  // on a thread of its own, overlapping the next layer's work (the layer's
+  // Linears are not changed any more; L holds them by shared pointer); at
+  // most one save is in flight, and an error surfaces at the next call.
+  void save_layer(int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done, double seconds,
+                  std::optional<std::pair<float, float>> kv_amax);
+  // Waits for the save in flight; rethrows its error.
+  void finish();
 
   // Puts saved layer `li` (< layers_done()) into L: quantized Linears rebuilt
   // from their codes, the other Linears and the norms as saved. InvalidInput
@@ -80,8 +87,11 @@ class ResumeState {
   std::filesystem::path dir_;
   std::optional<FileLock> lock_;
   nlohmann::ordered_json fingerprint_;
-  int64_t layers_done_ = 0;
+  int64_t layers_done_ = 0;  // changed by the saving thread only while a save is in flight
+  std::future<void> pending_;
   void write_state() const;
+  void write_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,
+                   const std::optional<std::pair<float, float>>& kv_amax);
 };
 
 }  // namespace qf
