@@ -35,8 +35,8 @@ void run_bench(const BenchOpts& o) {
   std::printf("prefill          %.1f tokens/s (time to first token %.1f ms)\n", r.prefill_tokens_per_s,
               r.ttft_seconds * 1e3);
   std::printf("decode           %.1f tokens/s\n", r.decode_tokens_per_s);
-  std::printf("bandwidth bound  %.1f tokens/s (%.2f MiB of weights per step, copy bandwidth %.1f GB/s); decode at %.0f%%\n",
-              r.decode_bound_tokens_per_s, mib(r.weight_bytes_per_step), r.copy_bandwidth_bytes_per_s / 1e9,
+  std::printf("bandwidth bound  %.1f tokens/s (%.2f MiB of weights per step, read bandwidth %.1f GB/s); decode at %.0f%%\n",
+              r.decode_bound_tokens_per_s, mib(r.weight_bytes_per_step), r.read_bandwidth_bytes_per_s / 1e9,
               r.decode_bound_tokens_per_s > 0 ? 100.0 * r.decode_tokens_per_s / r.decode_bound_tokens_per_s : 0.0);
   std::printf("KV cache         %.2f MiB reserved, %.2f MiB used (%llu bytes per token)\n", mib(r.kv_bytes_reserved),
               mib(r.kv_bytes_used), static_cast<unsigned long long>(r.kv_bytes_per_token));

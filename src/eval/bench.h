@@ -1,6 +1,6 @@
 // Throughput benchmark of the runtime: prefill and decode tokens/s, time to
 // first token, KV-cache bytes, peak RSS, and the memory-bandwidth bound of
-// decode (weight bytes read per step against a measured copy bandwidth).
+// decode (weight bytes read per step against a measured read bandwidth).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,8 @@ struct BenchResult {
   uint64_t kv_bytes_reserved = 0, kv_bytes_used = 0, kv_bytes_per_token = 0;
   uint64_t peak_rss_bytes = 0;
   uint64_t weight_bytes_per_step = 0;       // bytes of weights one decode step reads
-  double copy_bandwidth_bytes_per_s = 0;    // measured memcpy bandwidth (read + write counted once each)
-  double decode_bound_tokens_per_s = 0;     // batch * bandwidth / weight bytes per step
+  double read_bandwidth_bytes_per_s = 0;    // measured streaming read over as many bytes, all threads
+  double decode_bound_tokens_per_s = 0;     // batch * read bandwidth / weight bytes per step
 };
 
 BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool);
@@ -39,9 +39,12 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
 // bench --json's object: the model argument as given, its format and size, and the results.
 nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Model& model, const BenchResult& r);
 
-// Bytes/s of a large memcpy on all threads of the pool (read bytes + written
-// bytes per second), best of a few passes.
-double measure_copy_bandwidth(ThreadPool& pool);
+// Bytes/s read by every thread of the pool streaming through a buffer of
+// `bytes` (clamped to 1 MiB .. 1 GiB; one contiguous span per thread, as
+// decode's row partitions read the weights), best of 5 timings after a
+// warm-up. A model whose weights fit in the caches gets the caches' rate,
+// as its decode does.
+double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes);
 
 // Peak resident set size of this process (VmHWM), 0 if unknown.
 uint64_t peak_rss_bytes();

@@ -121,7 +121,8 @@ ks="$WORK/k/fixture-llama/.w4-gptq.resume/state.json"
 while ! grep -q '"layers_done": 2$' "$ks" 2>/dev/null && ((t < 12000)) && kill -0 $kp 2>/dev/null; do sleep 0.01; t=$((t + 1)); done
 kill -9 $kp 2>/dev/null || true
 wait $kp 2>/dev/null || true
-"$QF" batch "$WORK/g.yaml" -o "$WORK/k" --dry-run | grep -q "to run (interrupted)" && ok "the killed job shows as interrupted" || fail "dry run after kill -9"
+"$QF" batch "$WORK/g.yaml" -o "$WORK/k" --dry-run >"$WORK/k.dry"
+grep -q "to run (interrupted)" "$WORK/k.dry" && ok "the killed job shows as interrupted" || fail "dry run after kill -9"
 "$QF" batch "$WORK/g.yaml" -o "$WORK/k" --resume 2>"$WORK/k.err"
 if grep -q "resuming: 2 finished layer" "$WORK/k.err" && same_output "$WORK/gptq" "$WORK/k/fixture-llama/w4-gptq"; then
   ok "batch --resume after kill -9: resumed at layer 2, same bytes"
@@ -152,7 +153,8 @@ assert s["summary"]["done"] == 3
 PYEOF
 HF_HUB_CACHE="$WORK/hub" "$QF" -q convert org/tiny2 --to gguf --type Q8_0 -o "$WORK/tiny2.gguf"
 cmp -s "$WORK/h/org--tiny2/Q8_0.gguf" "$WORK/tiny2.gguf" && ok "the cache model's Q8_0 equals convert's" || fail "cache model output differs"
-"$QF" inspect "$WORK/tiny2.gguf" --json | grep -q '"general.name": "tiny2"' && ok "a cache snapshot's GGUF is named after its repo" || fail "general.name of a cache snapshot"
+"$QF" inspect "$WORK/tiny2.gguf" --json >"$WORK/tiny2.json"
+grep -q '"general.name": "tiny2"' "$WORK/tiny2.json" && ok "a cache snapshot's GGUF is named after its repo" || fail "general.name of a cache snapshot"
 
 # A file at a job's output path that this batch did not write is never replaced.
 mkdir -p "$WORK/foreign/fixture-llama"

@@ -77,9 +77,12 @@ expect_exit 2 "unknown KV-cache type" -- "$QF" bench "$fx" --kv-dtype q4
 $PY - "$WORK/b.json" <<'PYEOF' && ok "bench report: rates, KV bytes, bandwidth bound" || fail "bench json: $(cat "$WORK/b.json")"
 import json, sys
 j = json.load(open(sys.argv[1]))
-for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "ttft_seconds", "copy_bandwidth_bytes_per_s",
+for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "ttft_seconds", "read_bandwidth_bytes_per_s",
           "decode_bound_tokens_per_s", "peak_rss_bytes"):
     assert j[k] > 0, (k, j)
+# the bound is batch * read bandwidth / bytes per step, and decode stays under it
+assert abs(j["decode_bound_tokens_per_s"] - 2 * j["read_bandwidth_bytes_per_s"] / j["weight_bytes_per_step"]) < 1e-6 * j["decode_bound_tokens_per_s"], j
+assert 0 < j["decode_fraction_of_bound"] <= 1.0, j
 # 4 layers x (K + V) x 4 KV heads x 32 x 1 byte (f8)
 assert j["kv_bytes_per_token"] == 4 * 2 * 128, j
 assert j["kv_bytes_used"] == 2 * (64 + 8) * j["kv_bytes_per_token"], j
