@@ -69,12 +69,9 @@ void run_eval(const EvalOpts& o) {
   rt::parse_kv_dtype(o.kv);  // a bad --kv-dtype is a usage error before any work
   if (!o.json_out.empty())
     check_output_file(o.json_out, {model_input_path(o.model), model_input_path(o.baseline), o.text}, true, true, "--json");
-  std::optional<Progress> progress;
-  const eval::EvalRun run = eval::run_eval(req, pool, [&](int64_t done, int64_t total) {
-    if (!progress) progress.emplace("eval", static_cast<uint64_t>(total), "spans");
-    progress->set(static_cast<uint64_t>(done));
-  });
-  if (progress) progress->finish();
+  LazyProgress progress("eval", "spans");
+  const eval::EvalRun run = eval::run_eval(req, pool, std::ref(progress));
+  progress.finish();
   const eval::EvalResult& r = run.result;
   const std::string t = table(o, r);
   std::fwrite(t.data(), 1, t.size(), stdout);

@@ -124,17 +124,15 @@ void check_signals() {
 }
 
 // A (done, total) callback that draws one bar, made on the first call.
+// A LazyProgress that also lets Ctrl-C stop the work.
 struct LazyBar {
-  std::string label, unit;
-  std::optional<Progress> bar;
+  LazyBar(std::string label, std::string unit) : bar(std::move(label), std::move(unit)) {}
+  LazyProgress bar;
   void operator()(int64_t done, int64_t total) {
-    if (!bar) bar.emplace(label, static_cast<uint64_t>(std::max<int64_t>(0, total)), unit);
-    bar->set(static_cast<uint64_t>(done));
+    bar(done, total);
     check_signals();
   }
-  void finish() {
-    if (bar) bar->finish();
-  }
+  void finish() { bar.finish(); }
 };
 
 std::string path_arg(const py::object& o) { return py::str(py::module_::import("os").attr("fspath")(o)); }
@@ -179,7 +177,7 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    LazyBar bar{"eval", "spans", {}};
+    LazyBar bar{"eval", "spans"};
     const eval::EvalRun run = eval::run_eval(req, pool, std::ref(bar));
     bar.finish();
     report = run.report;
@@ -257,7 +255,7 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
     io.ctx = ctx;
     io.max_chunks = chunks;
     io.process_output = process_output;
-    LazyBar bar{"imatrix", "chunks", {}};
+    LazyBar bar{"imatrix", "chunks"};
     const Imatrix im = write_imatrix_from_text(m, t, o, "out", io, force, allow_nonfinite, pool, std::ref(bar));
     bar.finish();
     j = {{"path", o}, {"entries", im.entries.size()}, {"chunks", im.chunk_count}, {"chunk_size", im.chunk_size}};
@@ -288,9 +286,9 @@ py::object cmd_quantize(const py::object& model, const std::string& recipe_path,
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    LazyBar bar{"quantize", "layers", {}};
+    LazyBar bar{"quantize", "layers"};
     job.on_layer = std::ref(bar);
-    LazyBar eval_bar{"eval", "spans", {}};
+    LazyBar eval_bar{"eval", "spans"};
     job.eval_text = eval_text;
     job.eval_max_chunks = eval_max_chunks;
     job.eval_progress = std::ref(eval_bar);

@@ -145,13 +145,17 @@ std::string not_done_reason(const std::optional<JobRecord>& r, const std::string
   if (r->status != "done") return "failed before";
   if (r->fingerprint != fingerprint) return "its inputs changed";
   if (r->eval_fingerprint != eval_fp) return "its gate changed";
+  return output_problem(*r, job);
+}
+
+std::string output_problem(const JobRecord& r, const Job& job) {
+  if (r.files.empty()) return "its output is missing";
   std::error_code ec;
-  for (const auto& [p, n] : r->files) {
+  for (const auto& [p, n] : r.files) {
     const fs::path f = p.empty() ? job.output : job.output / p;
     if (!fs::is_regular_file(f, ec)) return "output file " + f.string() + " is missing";
     if (fs::file_size(f, ec) != n) return "output file " + f.string() + " changed size";
   }
-  if (r->files.empty()) return "its output is missing";
   return "";
 }
 

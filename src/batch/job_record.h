@@ -62,6 +62,11 @@ std::string eval_fingerprint(const Job& job);
 // their sizes; empty when it does not exist.
 std::vector<std::pair<std::string, uint64_t>> output_files(const std::filesystem::path& output);
 
+// What is wrong with the output files a record lists ("" when every one is
+// there with its recorded size): "its output is missing", "output file F is
+// missing", "output file F changed size".
+std::string output_problem(const JobRecord& r, const Job& job);
+
 // Why the job is not finished ("" when it is): no record, failed, changed
 // inputs, a missing or resized output file.
 std::string not_done_reason(const std::optional<JobRecord>& r, const std::string& fingerprint,

@@ -43,6 +43,13 @@ std::string sanitized(const std::string& s) {
   return out.empty() ? "model" : out;
 }
 
+// The output name of a Hugging Face repo id: ORG/NAME -> ORG--NAME (the
+// cache's own spelling).
+std::string repo_output_name(const std::string& id) {
+  const size_t slash = id.find('/');
+  return sanitized(slash == std::string::npos ? id : id.substr(0, slash) + "--" + id.substr(slash + 1));
+}
+
 class JobsParser : public YamlReader {
  public:
   JobsParser(const fs::path& file) : YamlReader(file.string(), 0), base_(file.parent_path()) {}
@@ -217,23 +224,13 @@ class JobsParser : public YamlReader {
       const std::string pattern = as_string(g, path + ".glob");
       const fs::path cache = hf_hub_cache_dir();
       std::vector<std::string> ids;
-      std::error_code ec;
-      if (fs::is_directory(cache, ec))
-        for (const auto& d : fs::directory_iterator(cache, ec)) {
-          const std::string f = d.path().filename().string();
-          if (f.rfind("models--", 0) != 0) continue;
-          const std::string rest = f.substr(8);
-          const size_t sep = rest.find("--");
-          if (sep == std::string::npos) continue;
-          const std::string id = rest.substr(0, sep) + "/" + rest.substr(sep + 2);
-          if (fnmatch(pattern.c_str(), id.c_str(), 0) == 0) ids.push_back(id);
-        }
-      std::sort(ids.begin(), ids.end());
+      for (const std::string& id : cached_repo_ids())
+        if (fnmatch(pattern.c_str(), id.c_str(), 0) == 0) ids.push_back(id);
       if (ids.empty()) fail(g, path + ".glob: " + quote(pattern) + " matches no model in the cache " + cache.string(), ErrorKind::NotFound);
       for (const std::string& id : ids) {
         ModelSpec x = m;
         x.arg = id;
-        x.name = sanitized(id.substr(0, id.find('/')) + "--" + id.substr(id.find('/') + 1));
+        x.name = repo_output_name(id);
         check_resolves(x, g, path);
         out.push_back(std::move(x));
       }
@@ -247,14 +244,14 @@ class JobsParser : public YamlReader {
       check_resolves(m, p, path);
       // A snapshot folder is named by its commit: use the repo's name.
       const ResolvedModel rm = resolve_model(m.arg, m.revision);
-      if (!rm.repo_id.empty()) m.name = sanitized(rm.repo_id.substr(0, rm.repo_id.find('/')) + "--" + rm.repo_id.substr(rm.repo_id.find('/') + 1));
+      if (!rm.repo_id.empty()) m.name = repo_output_name(rm.repo_id);
     } else {
       const YAML::Node h = e.get("hf");
       m.arg = as_string(h, path + ".hf");
       const size_t slash = m.arg.find('/');
       if (slash == std::string::npos || slash == 0 || slash + 1 == m.arg.size() || m.arg.find('/', slash + 1) != std::string::npos)
         fail(h, path + ".hf: expected ORG/NAME, got " + quote(m.arg));
-      m.name = sanitized(m.arg.substr(0, slash) + "--" + m.arg.substr(slash + 1));
+      m.name = repo_output_name(m.arg);
       check_resolves(m, h, path);
     }
     if (e.has("name")) m.name = name_of(e.get("name"), path + ".name");

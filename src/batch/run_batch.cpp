@@ -67,12 +67,9 @@ fs::path ensure_imatrix(const JobsFile& f, const Job& job, const fs::path& out, 
   io.ctx = im.ctx;
   io.max_chunks = im.chunks;
   io.dataset = im.text.filename().string();
-  std::unique_ptr<Progress> bar;
-  write_imatrix_from_text(rm.dir.string(), im.text, path, "imatrix", io, false, false, pool, [&](int64_t done, int64_t total) {
-    if (!bar) bar = std::make_unique<Progress>("  imatrix", static_cast<uint64_t>(total), "chunks");
-    bar->set(static_cast<uint64_t>(done));
-  });
-  if (bar) bar->finish();
+  LazyProgress bar("  imatrix", "chunks");
+  write_imatrix_from_text(rm.dir.string(), im.text, path, "imatrix", io, false, false, pool, std::ref(bar));
+  bar.finish();
   log("  imatrix: wrote " + path.string());
   return path;
 }
@@ -83,7 +80,6 @@ void produce(const JobsFile& f, const Job& job, const BatchOptions& o, ThreadPoo
   const ModelSpec& m = f.models[job.model];
   const TargetSpec& t = f.targets[job.target];
   const ResolvedModel rm = resolve_model(m.arg, m.revision);
-  std::error_code ec;
   fs::create_directories(job.output.parent_path());
   if (t.kind == TargetSpec::Kind::Gguf) {
     GgufConvertOptions g;
@@ -103,17 +99,14 @@ void produce(const JobsFile& f, const Job& job, const BatchOptions& o, ThreadPoo
     q.calib = job.calib;
     q.resume = o.resume;
     q.invocation = o.invocation + "  # job " + job.id;
-    std::unique_ptr<Progress> bar;
-    q.on_layer = [&](int64_t done, int64_t total) {
-      if (!bar) bar = std::make_unique<Progress>("  " + job.id, static_cast<uint64_t>(total), "layers");
-      bar->set(static_cast<uint64_t>(done));
-    };
-    const QuantizeSummary s = quantize_model(q, pool, [&](const std::string& line) {
+    LazyProgress bar("  " + job.id, "layers");
+    q.on_layer = std::ref(bar);
+    quantize_model(q, pool, [&](const std::string& line) {
       if (line.rfind("layer ", 0) == 0) return;  // the bar shows the layers
       if (line.rfind("resuming", 0) == 0) r.resumed = true;
       log("  " + line);
     });
-    if (bar) bar->finish();
+    bar.finish();
   }
 }
 
@@ -129,12 +122,9 @@ void evaluate(const Job& job, const JobsFile& f, ThreadPool& pool, JobRecord& r)
   req.gate.max_ppl_ratio = e.max_ppl_ratio;
   req.gate.max_ppl_delta = e.max_ppl_delta;
   req.gate.max_kld = e.max_kld;
-  std::unique_ptr<Progress> bar;
-  const eval::EvalRun run = eval::run_eval(req, pool, [&](int64_t done, int64_t total) {
-    if (!bar) bar = std::make_unique<Progress>("  eval", static_cast<uint64_t>(total), "chunks");
-    bar->set(static_cast<uint64_t>(done));
-  });
-  if (bar) bar->finish();
+  LazyProgress bar("  eval", "chunks");
+  const eval::EvalRun run = eval::run_eval(req, pool, std::ref(bar));
+  bar.finish();
   r.eval = run.report;
   if (!run.failures.empty()) {
     std::string msg = job.output.string() + ": the gate failed:";
@@ -143,14 +133,17 @@ void evaluate(const Job& job, const JobsFile& f, ThreadPool& pool, JobRecord& r)
   }
 }
 
-bool output_intact(const JobRecord& r, const Job& job) {
-  if (r.files.empty()) return false;
-  std::error_code ec;
-  for (const auto& [p, n] : r.files) {
-    const fs::path file = p.empty() ? job.output : job.output / p;
-    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) != n) return false;
-  }
-  return true;
+// A fresh record of a job this process runs now.
+JobRecord new_record(const JobsFile& f, const Job& job, const std::string& shard) {
+  JobRecord r;
+  r.id = job.id;
+  r.kind = kind_of(f.targets[job.target]);
+  r.output = job.output.string();
+  r.started = utc_now();
+  r.host = temp_host_tag();
+  r.pid = ::getpid();
+  r.shard = shard;
+  return r;
 }
 
 }  // namespace
@@ -254,10 +247,9 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
     } catch (const Error& e) {
       reason = "?";
       fp.clear();
-      JobRecord r;
-      r.id = job.id, r.kind = kind_of(f.targets[job.target]), r.output = job.output.string(), r.status = "failed";
-      r.error = e.what(), r.exit_code = exit_code(e.kind()), r.started = r.finished = utc_now();
-      r.host = temp_host_tag(), r.pid = ::getpid(), r.shard = shard_name;
+      JobRecord r = new_record(f, job, shard_name);
+      r.status = "failed";
+      r.error = e.what(), r.exit_code = exit_code(e.kind()), r.finished = r.started;
       write_record(o.out, job, r);
       res.failed++;
       res.failures.push_back(job.id + ": " + e.what());
@@ -290,22 +282,15 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
     log(tag + ": " + kind_of(f.targets[job.target]) + " -> " + job.output.string() + " (" + reason +
         "); estimated " + Progress::format_duration(job.estimate.seconds * ratio) + ", then " +
         Progress::format_duration(est_left * ratio) + " for the rest of this shard");
-    JobRecord r;
-    r.id = job.id;
-    r.kind = kind_of(f.targets[job.target]);
-    r.output = job.output.string();
+    JobRecord r = new_record(f, job, shard_name);
     r.status = "running";
     r.fingerprint = fp;
     r.eval_fingerprint = efp;
-    r.started = utc_now();
-    r.host = temp_host_tag();
-    r.pid = ::getpid();
-    r.shard = shard_name;
     write_record(o.out, job, r);
     write_status(f, jobs, o.out);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      const bool reuse = prev && prev->fingerprint == fp && output_intact(*prev, job);
+      const bool reuse = prev && prev->fingerprint == fp && output_problem(*prev, job).empty();
       if (reuse) {
         log("  the output is up to date; evaluating only");
         r.files = prev->files;

@@ -71,7 +71,6 @@ void check_finite_statistics(const LinearToQuantize& in) {
 // data (hashed) and the flags that change what is written.
 nlohmann::ordered_json resume_fingerprint(const QuantizeJob& job, const std::filesystem::path& model_dir,
                                           const Recipe& recipe, const std::filesystem::path& calib_used) {
-  namespace fs = std::filesystem;
   nlohmann::ordered_json fp;
   fp["tool"] = version();
   fp["model_files"] = model_file_stats(model_dir);

@@ -1,5 +1,7 @@
 #include "core/progress.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -138,6 +140,15 @@ void Progress::draw(bool final_line) {
     std::fprintf(out(), "%s: %s%s%s\n", label_.c_str(), pct.c_str(), tail.c_str(), final_line ? " done" : "");
   }
   std::fflush(out());
+}
+
+void LazyProgress::operator()(int64_t done, int64_t total) {
+  if (!bar_) bar_.emplace(label_, static_cast<uint64_t>(std::max<int64_t>(0, total)), unit_);
+  bar_->set(static_cast<uint64_t>(std::max<int64_t>(0, done)));
+}
+
+void LazyProgress::finish() {
+  if (bar_) bar_->finish();
 }
 
 }  // namespace qf

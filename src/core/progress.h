@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace qf {
@@ -59,6 +60,20 @@ class Progress {
   bool drawn_ = false;
   int exceptions_ = 0;  // std::uncaught_exceptions() at construction
   std::unique_ptr<ProgressBar> bar_;  // from the bar factory, if one is set
+};
+
+// The library's progress(done, total) callbacks as a Progress: the bar is
+// made at the first call, when the total is known (pass std::ref(lazy) where
+// a std::function is wanted). finish() draws the last line, if any was made.
+class LazyProgress {
+ public:
+  LazyProgress(std::string label, std::string unit) : label_(std::move(label)), unit_(std::move(unit)) {}
+  void operator()(int64_t done, int64_t total);
+  void finish();
+
+ private:
+  std::string label_, unit_;
+  std::optional<Progress> bar_;
 };
 
 }  // namespace qf

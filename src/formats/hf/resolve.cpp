@@ -84,6 +84,15 @@ ResolvedModel from_cache_repo(const fs::path& repo, const std::string& revision)
 
 }  // namespace
 
+std::vector<std::string> cached_repo_ids() {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(hf_hub_cache_dir(), ec))
+    if (is_cache_repo(e.path())) ids.push_back(repo_id_of(e.path()));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 ResolvedModel resolve_model(const std::string& arg, const std::string& revision) {
   fs::path p(arg);
   if (path_exists(p)) {

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,5 +43,9 @@ nlohmann::ordered_json model_file_stats(const std::filesystem::path& dir);
 
 // The Hugging Face hub cache folder this process would search.
 std::filesystem::path hf_hub_cache_dir();
+
+// The repo ids (ORG/NAME) of the models in that cache (its models--ORG--NAME
+// folders with snapshots), sorted; empty when there is no cache.
+std::vector<std::string> cached_repo_ids();
 
 }  // namespace qf
