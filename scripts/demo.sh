@@ -22,6 +22,7 @@ fi
 echo "== quantforge inspect $model" >&2
 "$qf" inspect "$model"
 mkdir -p build/demo
+rm -f build/demo/fixture-Q4_K_M.gguf  # a second run makes it again
 echo "== quantforge convert $model --to gguf --type Q4_K_M -o build/demo/fixture-Q4_K_M.gguf" >&2
 "$qf" convert "$model" --to gguf --type Q4_K_M -o build/demo/fixture-Q4_K_M.gguf
 echo "== quantforge generate build/demo/fixture-Q4_K_M.gguf --prompt 'The President' -n 32" >&2
