@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <regex>
 
 #include "core/error.h"
@@ -27,17 +28,21 @@ std::string gguf_arch(const ModelConfig& c, const std::string& where) {
   throw unsupported(where, "model_type '" + c.model_type + "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3)");
 }
 
-// HF rotate-half rows -> llama.cpp's interleaved pairs: within each head,
-// output row 2i + t takes input row t * hd/2 + i.
-std::vector<float> permute_qk(const std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols) {
-  const int64_t hd = rows / heads, half = hd / 2;
-  std::vector<float> out(w.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < half; ++i)
-      for (int64_t t = 0; t < 2; ++t)
-        std::memcpy(out.data() + (h * hd + 2 * i + t) * cols, w.data() + (h * hd + t * half + i) * cols,
-                    static_cast<size_t>(cols) * sizeof(float));
-  return out;
+// HF rotate-half rows -> llama.cpp's interleaved pairs: within each head of
+// hd rows, output row 2i + t takes input row t * hd/2 + i. Returns the input
+// row of output row r (the identity when heads is 0).
+int64_t permuted_qk_source(int64_t r, int64_t heads, int64_t rows) {
+  if (heads <= 0) return r;
+  const int64_t hd = rows / heads, half = hd / 2, h = r / hd, k = r % hd;
+  return h * hd + (k % 2) * half + k / 2;
+}
+
+// The first non-finite value of rows [r0, r1) of the decoded tensor, as a flat
+// index, or -1.
+int64_t first_nonfinite(const float* f, int64_t r0, int64_t r1, int64_t cols) {
+  for (int64_t i = r0 * cols; i < r1 * cols; ++i)
+    if (!std::isfinite(f[i])) return i;
+  return -1;
 }
 
 }  // namespace
@@ -184,6 +189,11 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   if (!rope_freqs.empty()) w.write_tensor_data("rope_freqs.weight", rope_freqs.data(), rope_freqs.size() * 4);
 
   Progress progress("convert", plans.size(), "tensors");
+  // One f32 buffer for the largest tensor and one output buffer, reused: a
+  // fresh allocation per tensor would pay its page faults again every time.
+  size_t max_numel = 0;
+  for (const auto& p : plans) max_numel = std::max<size_t>(max_numel, static_cast<size_t>(shape_numel(ck.info(hf_of.at(p.name)).shape)));
+  std::unique_ptr<float[]> f(new float[std::max<size_t>(1, max_numel)]);
   std::vector<uint8_t> buf;
   for (const auto& p : plans) {
     const std::string& hf = hf_of.at(p.name);
@@ -192,18 +202,12 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     const int64_t cols = t.ndim() == 1 ? t.dim(0) : t.dim(-1);
     const int64_t rows = t.numel() / std::max<int64_t>(1, cols);
     if (t.ndim() == 2) res.parameters += static_cast<uint64_t>(t.numel());
-    std::vector<float> f = t.to_f32_vector();
-    if (!opts.allow_nonfinite)
-      for (size_t i = 0; i < f.size(); ++i)
-        if (!std::isfinite(f[i]))
-          throw invalid_input(dir.string(), hf + " [" + std::to_string(static_cast<int64_t>(i) / cols) + ", " +
-                                                std::to_string(static_cast<int64_t>(i) % cols) + "] is " +
-                                                (std::isnan(f[i]) ? "nan" : "infinite") +
-                                                "; a model with non-finite weights converts to a meaningless file (--allow-nonfinite overrides)");
-    if (arch == "llama" && (p.name.find(".attn_q.") != std::string::npos || p.name.find(".attn_k.") != std::string::npos)) {
-      const int64_t heads = p.name.find(".attn_q.") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
-      f = t.ndim() == 2 ? permute_qk(f, heads, rows, cols) : permute_qk(f, heads, cols, 1);
-    }
+    // llama's q and k rows (bias elements) are reordered per head as they are
+    // decoded; a 1-D tensor is decoded as numel rows of one element for that.
+    int64_t heads = 0;
+    if (arch == "llama" && (p.name.find(".attn_q.") != std::string::npos || p.name.find(".attn_k.") != std::string::npos))
+      heads = p.name.find(".attn_q.") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
+    const int64_t drows = t.ndim() == 1 && heads ? t.numel() : rows, dcols = t.ndim() == 1 && heads ? 1 : cols;
     std::vector<float> importance;
     if (has_imatrix && p.quantized) {
       importance = imatrix.importance(p.name);
@@ -214,19 +218,42 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
                                                        " values but the tensor's rows have " + std::to_string(cols));
       }
     }
-    if (p.type == ggml_type::F32) {
-      w.write_tensor_data(p.name, f.data(), f.size() * 4);
-    } else {
-      const size_t row_bytes = kquants::row_size(p.type, cols);
-      buf.resize(row_bytes * static_cast<size_t>(rows));
-      const float* imp = importance.empty() ? nullptr : importance.data();
-      const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
-      pool.parallel_for(rows, grain, [&](const Chunk& ch) {
-        kquants::quantize_rows(p.type, f.data() + ch.begin * cols, buf.data() + static_cast<size_t>(ch.begin) * row_bytes,
+    const bool quantize = p.type != ggml_type::F32;
+    const size_t row_bytes = quantize ? kquants::row_size(p.type, cols) : static_cast<size_t>(cols) * 4;
+    if (quantize) buf.resize(row_bytes * static_cast<size_t>(rows));
+    const float* imp = importance.empty() ? nullptr : importance.data();
+    const size_t in_row_bytes = static_cast<size_t>(dcols) * dtype_size(t.dtype());
+    const auto* src = static_cast<const uint8_t*>(t.data());
+    // Decode, check and quantize a chunk of rows at a time, all on the pool:
+    // the rows are still in cache when they are quantized.
+    const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
+    const auto chunks = partition(rows, grain);
+    std::vector<int64_t> bad(chunks.size(), -1);
+    if (dcols != cols)  // a permuted 1-D tensor
+      for (int64_t r = 0; r < drows; ++r)
+        convert(src + static_cast<size_t>(permuted_qk_source(r, heads, drows)) * in_row_bytes, t.dtype(), f.get() + r,
+                DType::F32, 1);
+    pool.parallel_for(rows, grain, [&](const Chunk& ch) {
+      if (dcols == cols)
+        for (int64_t r = ch.begin; r < ch.end; ++r)
+          convert(src + static_cast<size_t>(permuted_qk_source(r, heads, rows)) * in_row_bytes, t.dtype(),
+                  f.get() + r * cols, DType::F32, static_cast<size_t>(cols));
+      if (!opts.allow_nonfinite) bad[static_cast<size_t>(ch.index)] = first_nonfinite(f.get(), ch.begin, ch.end, cols);
+      if (quantize)
+        kquants::quantize_rows(p.type, f.get() + ch.begin * cols, buf.data() + static_cast<size_t>(ch.begin) * row_bytes,
                                ch.end - ch.begin, cols, imp);
-      });
-      w.write_tensor_data(p.name, buf.data(), buf.size());
+    });
+    for (const int64_t i : bad) {
+      if (i < 0) continue;
+      const int64_t r = i / cols, c0 = i % cols;
+      const int64_t at = dcols == cols ? permuted_qk_source(r, heads, rows) * cols + c0 : permuted_qk_source(i, heads, drows);
+      throw invalid_input(dir.string(), hf + " [" + std::to_string(at / cols) + ", " + std::to_string(at % cols) + "] is " + (std::isnan(f[i]) ? "nan" : "infinite") +
+                                            "; a model with non-finite weights converts to a meaningless file (--allow-nonfinite overrides)");
     }
+    if (quantize)
+      w.write_tensor_data(p.name, buf.data(), buf.size());
+    else
+      w.write_tensor_data(p.name, f.get(), static_cast<size_t>(t.numel()) * 4);
     res.types.emplace_back(p.name, p.type);
     progress.add();
   }

@@ -8,6 +8,7 @@
 //   kquant_q4_k_q5_k.cpp Q4_K and Q5_K (one code path, 4 or 5 bits)
 //   kquant_q6_k.cpp     Q6_K
 //   kquant_q8_k.cpp     Q8_K (the k-quants' activation type)
+//   kquant_search_x8.cpp the scale searches on 8 groups at once (AVX2)
 //   kquant_float_dot.cpp F32, F16, BF16 rows
 // Their dequantization is the per-block decoder in kquant_blocks.h (shared
 // with CUDA code); the scale searches and bit packing that several types use
@@ -99,6 +100,13 @@ float search_q3(int n, int nmax, const float* x, int8_t* L);
 float search_asymmetric(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* neg_min,
                         uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad, bool legacy);
 float search_positive(int n, int nmax, const float* x, uint8_t* L, const float* w);
+// The same searches on 8 consecutive n-element groups (x + g*n, weights + g*n,
+// L + g*n; group g's scale in scales[g]), bit for bit 8 calls of the scalar
+// function, run as one AVX2 pass where the SIMD level allows (n <= 32).
+void search_asymmetric_x8(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* scales,
+                          float* neg_mins, float rmin, float rdelta, int nstep, bool use_mad, bool x3);
+void search_symmetric_x8(int n, int nmax, const float* x, int8_t* L, float* scales, const float* qw);
+void search_q3_x8(int n, int nmax, const float* x, int8_t* L, float* scales);
 void pack_q5(const uint8_t* L, uint8_t* qs, uint8_t* qh_bytes);
 void pack_2bit(const uint8_t* L, uint8_t* qs);
 void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* s);

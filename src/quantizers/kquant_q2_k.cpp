@@ -16,13 +16,15 @@ namespace qf::kquants::detail {
 // Q2_K, no imatrix: |x|-weighted asymmetric fits on 16-element sub-blocks, then
 // 4-bit scales and mins relative to their maxima.
 void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
-  uint8_t L[QK_K], Laux[16];
-  float w[16], mins[16], scales[16];
+  uint8_t L[QK_K];
+  float w[QK_K], mins[16], scales[16];
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
     float max_scale = 0, max_min = 0;
+    for (int l = 0; l < QK_K; ++l) w[l] = std::fabs(x[l]);
+    for (int h = 0; h < 2; ++h)
+      search_asymmetric_x8(16, 3, x + 128 * h, w + 128 * h, L + 128 * h, scales + 8 * h, mins + 8 * h, -0.5f, 0.1f, 15,
+                           true, false);
     for (int j = 0; j < 16; ++j) {
-      for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * j + l]);
-      scales[j] = search_asymmetric(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true, false);
       if (scales[j] > max_scale) max_scale = scales[j];
       if (mins[j] > max_min) max_min = mins[j];
     }
@@ -52,16 +54,18 @@ void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
 }
 
 void quant_q2_k_w(const float* x, BlockQ2_K* y, int64_t nb, const float* qw) {
-  uint8_t L[QK_K], Laux[16], Ls[16], Lm[16];
-  float w[16], mins[16], scales[16], sw[16];
+  uint8_t L[QK_K], Ls[16], Lm[16];
+  float w[QK_K], mins[16], scales[16], sw[16];
   for (int64_t i = 0; i < nb; ++i, x += QK_K, qw += QK_K) {
     const float sigma2 = sum_squares(x, QK_K) / QK_K;
     for (int j = 0; j < 16; ++j) {
-      block_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
+      block_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w + 16 * j);
       sw[j] = 0;
-      for (int l = 0; l < 16; ++l) sw[j] += w[l];
-      scales[j] = search_asymmetric(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false, true);
+      for (int l = 0; l < 16; ++l) sw[j] += w[16 * j + l];
     }
+    for (int h = 0; h < 2; ++h)
+      search_asymmetric_x8(16, 3, x + 128 * h, w + 128 * h, L + 128 * h, scales + 8 * h, mins + 8 * h, -0.9f, 0.05f, 36,
+                           false, true);
     y[i].d = f2h(search_positive(16, 15, scales, Ls, sw));
     y[i].dmin = f2h(search_positive(16, 15, mins, Lm, sw));
     const float dm = h2f(y[i].d), mm = h2f(y[i].dmin);

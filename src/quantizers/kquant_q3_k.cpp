@@ -42,8 +42,8 @@ void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   int codes[16];
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
     float max_scale = 0, amax = 0;
+    for (int h = 0; h < 2; ++h) search_q3_x8(16, 4, x + 128 * h, L + 128 * h, scales + 8 * h);
     for (int j = 0; j < 16; ++j) {
-      scales[j] = search_q3(16, 4, x + 16 * j, L + 16 * j);
       const float a = std::fabs(scales[j]);
       if (a > amax) {
         amax = a;
@@ -68,17 +68,17 @@ void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
 
 void quant_q3_k_w(const float* x, BlockQ3_K* y, int64_t nb, const float* qw) {
   int8_t L[QK_K], Ls[16];
-  float scales[16], w[16], sw[16];
+  float scales[16], w[QK_K], sw[16];
   int codes[16];
   for (int64_t i = 0; i < nb; ++i, x += QK_K, qw += QK_K) {
     const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
     for (int j = 0; j < 16; ++j) {
-      block_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
+      block_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w + 16 * j);
       float sumw = 0;
-      for (int l = 0; l < 16; ++l) sumw += w[l];
+      for (int l = 0; l < 16; ++l) sumw += w[16 * j + l];
       sw[j] = sumw;
-      scales[j] = search_symmetric(16, 4, x + 16 * j, L + 16 * j, w);
     }
+    for (int h = 0; h < 2; ++h) search_symmetric_x8(16, 4, x + 128 * h, L + 128 * h, scales + 8 * h, w + 128 * h);
     const float d_block = search_symmetric(16, 32, scales, Ls, sw);
     for (int j = 0; j < 16; ++j) codes[j] = Ls[j];
     pack_scales_q3(codes, y[i].scales);

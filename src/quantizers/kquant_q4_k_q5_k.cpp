@@ -33,13 +33,15 @@ void requant_k4(const float* x, const Block* y, uint8_t* L, int nmax) {
 // asymmetric fits on 32-element sub-blocks, 6-bit scales/mins over the maxima.
 template <typename Block>
 void fit_k4(const float* x, Block* y, uint8_t* L, int nmax, float rmin, float rdelta, int nstep) {
-  uint8_t Laux[32], ls[8], lm[8];
-  float w[32], mins[8], scales[8];
+  uint8_t ls[8], lm[8];
+  float w[QK_K], mins[8], scales[8];
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     const float av_x = std::sqrt(sum_squares(x + 32 * j, 32) / 32);
-    for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = search_asymmetric(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep, false, false);
+    for (int l = 0; l < 32; ++l) w[32 * j + l] = av_x + std::fabs(x[32 * j + l]);
+  }
+  search_asymmetric_x8(32, nmax, x, w, L, scales, mins, rmin, rdelta, nstep, false, false);
+  for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -59,16 +61,16 @@ void fit_k4(const float* x, Block* y, uint8_t* L, int nmax, float rmin, float rd
 // quantization of the scales and mins.
 template <typename Block>
 void fit_k4_w(const float* x, Block* y, uint8_t* L, int nmax, const float* qw) {
-  uint8_t Laux[32], ls[8], lm[8];
-  float w[32], mins[8], scales[8], sw[8];
+  uint8_t ls[8], lm[8];
+  float w[QK_K], mins[8], scales[8], sw[8];
   const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
   for (int j = 0; j < 8; ++j) {
-    block_weights(x + 32 * j, qw + 32 * j, sigma2, 32, w);
+    block_weights(x + 32 * j, qw + 32 * j, sigma2, 32, w + 32 * j);
     float sumw = 0;
-    for (int l = 0; l < 32; ++l) sumw += w[l];
+    for (int l = 0; l < 32; ++l) sumw += w[32 * j + l];
     sw[j] = sumw;
-    scales[j] = search_asymmetric(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false, true);
   }
+  search_asymmetric_x8(32, nmax, x, w, L, scales, mins, -0.9f, 0.05f, 36, false, true);
   const float d_block = search_positive(8, 63, scales, ls, sw);
   const float m_block = search_positive(8, 63, mins, lm, sw);
   std::memset(y->scales, 0, 12);

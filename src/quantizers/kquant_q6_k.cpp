@@ -20,8 +20,9 @@ void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb, const float* qw) {
   float scales[16];
   for (int64_t i = 0; i < nb; ++i, x += QK_K) {
     float max_scale = 0, max_abs = 0;
+    for (int h = 0; h < 2; ++h)
+      search_symmetric_x8(16, 32, x + 128 * h, L + 128 * h, scales + 8 * h, qw ? qw + QK_K * i + 128 * h : nullptr);
     for (int ib = 0; ib < 16; ++ib) {
-      scales[ib] = search_symmetric(16, 32, x + 16 * ib, L + 16 * ib, qw ? qw + QK_K * i + 16 * ib : nullptr);
       const float a = std::fabs(scales[ib]);
       if (a > max_abs) {
         max_abs = a;

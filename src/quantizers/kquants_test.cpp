@@ -486,6 +486,31 @@ TEST_P(KQuantLevels, VecDotSimdMatchesScalarExactly) {
   }
 }
 
+// Quantization at this level gives the scalar code's bytes (the scale
+// searches run 8 groups per AVX2 pass): every type, with and without an
+// imatrix, on rows with zero and constant blocks, outliers and a wide range of
+// scales.
+TEST_P(KQuantLevels, QuantizeSimdMatchesScalarBytes) {
+  const int64_t npr = 1024, rows = 48;
+  auto x = synthetic_rows(rows, npr, 3);
+  const auto g = gaussian(npr * 8, 5, 3.0f);
+  std::copy(g.begin(), g.end(), x.begin());
+  for (int64_t c = 0; c < npr; ++c) x[static_cast<size_t>(9 * npr + c)] = -std::fabs(x[static_cast<size_t>(9 * npr + c)]);
+  std::vector<float> im(npr);
+  for (int64_t j = 0; j < npr; ++j) im[static_cast<size_t>(j)] = (j % 37 == 0) ? 0.0f : 0.5f + static_cast<float>(j % 11);
+  for (uint32_t t : kQuantTypes) {
+    for (const float* imp : {static_cast<const float*>(nullptr), static_cast<const float*>(im.data())}) {
+      const auto fast = quantize(t, x, npr, imp);
+      std::vector<uint8_t> ref;
+      {
+        test::ScopedSimdLevel scalar(SimdLevel::Scalar);
+        ref = quantize(t, x, npr, imp);
+      }
+      EXPECT_TRUE(fast == ref) << tname(t) << (imp ? " with" : " without") << " imatrix";
+    }
+  }
+}
+
 // Extreme codes: random bytes with sane scales exercise saturation-prone paths
 // (maddubs with 6-bit codes, -128 scales, full-range int8 activations).
 TEST_P(KQuantLevels, VecDotSimdMatchesScalarOnRandomBytes) {
