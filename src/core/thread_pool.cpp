@@ -1,11 +1,39 @@
 #include "core/thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
 #include "core/error.h"
 
 namespace qf {
+namespace {
+
+// A worker polls for the next job, and the caller for the workers to
+// finish, for up to kSpin before sleeping on a condition variable. Decode
+// runs hundreds of short jobs per token; waking a sleeping thread costs more
+// than many of them take. Short enough that an idle pool costs nothing
+// noticeable.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Polls done() until it holds (true) or kSpin has passed (false).
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (unsigned i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+}  // namespace
 
 std::vector<Chunk> partition(int64_t n, int64_t grain) {
   std::vector<Chunk> chunks;
@@ -51,6 +79,7 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -85,6 +114,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   }
   wake_.notify_all();
   run_chunks();
+  spin_until([&] { return active_.load(std::memory_order_acquire) == 0; });
   std::exception_ptr err;
   {
     std::unique_lock<std::mutex> lock(mu_);

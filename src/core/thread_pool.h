@@ -6,6 +6,7 @@
 // bit-identical results whatever the thread count.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -55,12 +56,14 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_, done_;
   bool stop_ = false;
-  uint64_t generation_ = 0;
+  // Written under mu_; also read without it by workers and the caller that
+  // spin briefly before sleeping (see thread_pool.cpp).
+  std::atomic<uint64_t> generation_{0};
   // the job in flight
   const std::function<void(const Chunk&)>* fn_ = nullptr;
   std::vector<Chunk> chunks_;
   size_t next_ = 0;
-  int active_ = 0;
+  std::atomic<int> active_{0};
   std::exception_ptr error_;
   std::mutex job_mu_;  // one parallel_for at a time
 };

@@ -56,7 +56,7 @@ class Linear {
 // kRowTile rows at a time across the pool. tile(r0, rows, buf) returns the f32
 // rows [r0, r0 + rows), decoded into buf (room for kRowTile * in floats) or
 // pointing at weights already stored as f32.
-constexpr int64_t kRowTile = 16;
+constexpr int64_t kRowTile = 64;
 using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile);

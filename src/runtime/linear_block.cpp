@@ -1,6 +1,8 @@
-// Linear over GGUF blocks: activations are quantized to the weight type's
-// vec_dot_type once per token, then each thread takes a range of weight rows
-// and dots every token against each row while it is in cache.
+// Linear over GGUF blocks. Few tokens (decode): activations are quantized to
+// the weight type's vec_dot_type once per token, then each thread takes a
+// range of weight rows and dots every token against each row while it is in
+// cache. Many tokens (prefill, perplexity): weight tiles are decoded to f32
+// and go through the f32 GEMM of forward_row_tiles.
 #include <algorithm>
 
 #include "core/error.h"
@@ -9,6 +11,11 @@
 
 namespace qf::rt {
 namespace {
+
+// From this many tokens on, a forward decodes weight tiles to f32 and runs the
+// f32 GEMM; below it (decode, short batches) it quantizes the activations and
+// runs the block dot products, which read each weight byte once per token.
+constexpr int64_t kDequantizeTokens = 16;
 
 class BlockLinear final : public Linear {
  public:
@@ -19,6 +26,18 @@ class BlockLinear final : public Linear {
         row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
+    if (n >= kDequantizeTokens) {
+      // Prefill and evaluation: a tile of rows is decoded to f32 once and
+      // multiplied with every token by the register-blocked f32 GEMM, whose
+      // speed the per-row block dot products cannot reach; the activations
+      // stay f32 (not rounded to 8 bits, unlike the path below).
+      forward_row_tiles(x, n, y, in_, out_, bias_, pool, [&](int64_t r0, int64_t rows, float* buf) -> const float* {
+        for (int64_t r = 0; r < rows; ++r)
+          kquants::dequantize_row(type_, data_ + static_cast<size_t>(r0 + r) * row_bytes_, buf + r * in_, in_);
+        return buf;
+      });
+      return;
+    }
     thread_local std::vector<uint8_t> act;
     act.resize(static_cast<size_t>(n) * act_bytes_);
     uint8_t* a = act.data();
@@ -35,6 +54,10 @@ class BlockLinear final : public Linear {
           const uint8_t* at = a + static_cast<size_t>(t) * act_bytes_;
           float* yt = y + t * out_;
           for (int64_t r = r0; r < r1; ++r) {
+            if (n == 1) {  // decode streams the weights: fetch the row after next while this one is dotted
+              const uint8_t* ahead = data_ + static_cast<size_t>(r + 2) * row_bytes_;
+              for (size_t off = 0; off < row_bytes_; off += 64) __builtin_prefetch(ahead + off);
+            }
             const float v = kquants::vec_dot(type_, in_, data_ + static_cast<size_t>(r) * row_bytes_, at);
             yt[r] = bias_.empty() ? v : v + bias_[static_cast<size_t>(r)];
           }

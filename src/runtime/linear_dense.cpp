@@ -16,6 +16,24 @@ class DenseLinear final : public Linear {
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
     const char* base = static_cast<const char*>(w_.data());
+    if (w_.dtype() == DType::F16 && n < gemm_tile_token_block()) {
+      // Decode: each f16 row is read once per token and converted in
+      // registers (the same floats as the tile path below).
+      const auto* w16 = reinterpret_cast<const uint16_t*>(base);
+      const int64_t tiles = (out_ + kRowTile - 1) / kRowTile;
+      pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
+        for (int64_t t = c.begin; t < c.end; ++t) {
+          const int64_t r0 = t * kRowTile, rows = std::min(kRowTile, out_ - r0);
+          for (int64_t i = 0; i < n; ++i) {
+            float* yt = y + i * out_ + r0;
+            dot_rows_f16(x + i * in_, w16 + r0 * in_, in_, rows, yt);
+            if (!bias_.empty())
+              for (int64_t r = 0; r < rows; ++r) yt[r] += bias_[static_cast<size_t>(r0 + r)];
+          }
+        }
+      });
+      return;
+    }
     forward_row_tiles(x, n, y, in_, out_, bias_, pool, [&](int64_t r0, int64_t rows, float* buf) -> const float* {
       if (w_.dtype() == DType::F32) return reinterpret_cast<const float*>(base + r0 * row_bytes_);
       row_to_f32(w_.dtype(), base + r0 * row_bytes_, buf, rows * in_);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -73,26 +74,43 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   return s;
 }
 
-__attribute__((target("avx2,fma"))) void dot4_avx2(const float* x, const float* w, int64_t n, float* y) {
-  const float* w0 = w;
-  const float* w1 = w + n;
-  const float* w2 = w + 2 * n;
-  const float* w3 = w + 3 * n;
+// Weight loads of the dot kernels: f32 rows as they are, f16 rows converted
+// in registers (exactly: every f16 is an f32), so the f16 kernels return the
+// same floats as converting the rows first.
+struct F32Row {
+  using T = float;
+  static __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+  static float at(const float* w, int64_t i) { return w[i]; }
+};
+struct F16Row {
+  using T = uint16_t;
+  static __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* w) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  }
+  static float at(const uint16_t* w, int64_t i) { return f16_to_f32(w[i]); }
+};
+
+template <typename Row>
+__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const float* x, const typename Row::T* w, int64_t n, float* y) {
+  const typename Row::T* w0 = w;
+  const typename Row::T* w1 = w + n;
+  const typename Row::T* w2 = w + 2 * n;
+  const typename Row::T* w3 = w + 3 * n;
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 xv = _mm256_loadu_ps(x + i);
-    s0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0 + i), s0);
-    s1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1 + i), s1);
-    s2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2 + i), s2);
-    s3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3 + i), s3);
+    s0 = _mm256_fmadd_ps(xv, Row::load8(w0 + i), s0);
+    s1 = _mm256_fmadd_ps(xv, Row::load8(w1 + i), s1);
+    s2 = _mm256_fmadd_ps(xv, Row::load8(w2 + i), s2);
+    s3 = _mm256_fmadd_ps(xv, Row::load8(w3 + i), s3);
   }
   float r0 = hsum256(s0), r1 = hsum256(s1), r2 = hsum256(s2), r3 = hsum256(s3);
-  for (; i < n; ++i) {
-    r0 += x[i] * w0[i];
-    r1 += x[i] * w1[i];
-    r2 += x[i] * w2[i];
-    r3 += x[i] * w3[i];
+  for (; i < n; ++i) {  // explicit fused multiply-adds: the same for every Row type
+    r0 = std::fma(x[i], Row::at(w0, i), r0);
+    r1 = std::fma(x[i], Row::at(w1, i), r1);
+    r2 = std::fma(x[i], Row::at(w2, i), r2);
+    r3 = std::fma(x[i], Row::at(w3, i), r3);
   }
   y[0] = r0, y[1] = r1, y[2] = r2, y[3] = r3;
 }
@@ -253,27 +271,53 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float*
   return hsum512(_mm512_add_ps(s0, s1));
 }
 
-__attribute__((target("avx512f"))) void dot4_avx512(const float* x, const float* w, int64_t n, float* y) {
-  const float* w0 = w;
-  const float* w1 = w + n;
-  const float* w2 = w + 2 * n;
-  const float* w3 = w + 3 * n;
+struct F32Row512 {
+  using T = float;
+  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
+  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 m, const float* w) {
+    return _mm512_maskz_loadu_ps(m, w);
+  }
+};
+struct F16Row512 {
+  using T = uint16_t;
+  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const uint16_t* w) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+  }
+  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 m, const uint16_t* w) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w));
+  }
+};
+
+template <typename Row>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void dot4_avx512(const float* x, const typename Row::T* w, int64_t n, float* y) {
+  const typename Row::T* w0 = w;
+  const typename Row::T* w1 = w + n;
+  const typename Row::T* w2 = w + 2 * n;
+  const typename Row::T* w3 = w + 3 * n;
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if constexpr (sizeof(typename Row::T) == 2) {
+      if ((i & 31) == 0) {  // one cache line of each row per 32 elements, 2 KiB ahead
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + i + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + i + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w2 + i + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w3 + i + 1024), _MM_HINT_T0);
+      }
+    }
     __m512 xv = _mm512_loadu_ps(x + i);
-    s0 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w0 + i), s0);
-    s1 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w1 + i), s1);
-    s2 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w2 + i), s2);
-    s3 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w3 + i), s3);
+    s0 = _mm512_fmadd_ps(xv, Row::load16(w0 + i), s0);
+    s1 = _mm512_fmadd_ps(xv, Row::load16(w1 + i), s1);
+    s2 = _mm512_fmadd_ps(xv, Row::load16(w2 + i), s2);
+    s3 = _mm512_fmadd_ps(xv, Row::load16(w3 + i), s3);
   }
   if (i < n) {
     __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
     __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    s0 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w0 + i), s0);
-    s1 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w1 + i), s1);
-    s2 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w2 + i), s2);
-    s3 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w3 + i), s3);
+    s0 = _mm512_fmadd_ps(xv, Row::load16(m, w0 + i), s0);
+    s1 = _mm512_fmadd_ps(xv, Row::load16(m, w1 + i), s1);
+    s2 = _mm512_fmadd_ps(xv, Row::load16(m, w2 + i), s2);
+    s3 = _mm512_fmadd_ps(xv, Row::load16(m, w3 + i), s3);
   }
   y[0] = hsum512(s0);
   y[1] = hsum512(s1);
@@ -307,6 +351,35 @@ __attribute__((target("avx512f"))) void gemm4x4_avx512(const float* x, int64_t x
     for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
 }
 
+// 6 tokens x 4 rows: 24 accumulators, 10 loads per 24 multiply-adds. Each
+// sum is formed in the same order as in gemm4x4_avx512 and dot4_avx512.
+__attribute__((target("avx512f"))) void gemm6x4_avx512(const float* x, int64_t xs, const float* w, int64_t k,
+                                                        float* y, int64_t ys) {
+  __m512 acc[6][4];
+  for (auto& r : acc)
+    for (auto& a : r) a = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m512 wv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = _mm512_loadu_ps(w + r * k + i);
+    for (int t = 0; t < 6; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + t * xs + i);
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
+    }
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    __m512 wv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * k + i);
+    for (int t = 0; t < 6; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
+    }
+  }
+  for (int t = 0; t < 6; ++t)
+    for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
+}
+
 // 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds.
 __attribute__((target("avx2,fma"))) void gemm2x4_avx2(const float* x, int64_t xs, const float* w, int64_t k,
                                                       float* y, int64_t ys) {
@@ -325,7 +398,7 @@ __attribute__((target("avx2,fma"))) void gemm2x4_avx2(const float* x, int64_t xs
   for (int t = 0; t < 2; ++t)
     for (int r = 0; r < 4; ++r) {
       float s = hsum256(acc[t][r]);
-      for (int64_t j = i; j < k; ++j) s += x[t * xs + j] * w[r * k + j];
+      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], w[r * k + j], s);  // as dot4_avx2's tail
       y[t * ys + r] = s;
     }
 }
@@ -354,11 +427,35 @@ void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float
   int64_t r = 0;
   if (level != SimdLevel::Scalar) {
     for (; r + 4 <= rows; r += 4) {
-      if (level == SimdLevel::Avx512) dot4_avx512(x, w + r * n, n, y + r);
-      else dot4_avx2(x, w + r * n, n, y + r);
+      if (level == SimdLevel::Avx512) dot4_avx512<F32Row512>(x, w + r * n, n, y + r);
+      else dot4_avx2<F32Row>(x, w + r * n, n, y + r);
     }
   }
   for (; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
+}
+
+void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y) {
+  SimdLevel level = simd_level();
+  int64_t r = 0;
+  if (level != SimdLevel::Scalar) {
+    for (; r + 4 <= rows; r += 4) {
+      if (level == SimdLevel::Avx512) dot4_avx512<F16Row512>(x, w + r * n, n, y + r);
+      else dot4_avx2<F16Row>(x, w + r * n, n, y + r);
+    }
+  }
+  if (r < rows) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(n));
+    for (; r < rows; ++r) {
+      row_to_f32(DType::F16, w + r * n, row.data(), n);
+      y[r] = dot_f32(x, row.data(), n);
+    }
+  }
+}
+
+int64_t gemm_tile_token_block() {
+  const SimdLevel level = simd_level();
+  return level == SimdLevel::Avx512 ? 4 : level == SimdLevel::Avx2 ? 2 : 1;
 }
 
 namespace ref {
@@ -374,6 +471,14 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, i
   const SimdLevel level = simd_level();
   const int64_t tb = level == SimdLevel::Avx512 ? 4 : level == SimdLevel::Avx2 ? 2 : 0;
   int64_t t = 0;
+  if (tb == 4) {
+    for (; t + 6 <= tokens; t += 6) {
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) gemm6x4_avx512(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
+      for (; r < rows; ++r)
+        for (int64_t u = t; u < t + 6; ++u) y[u * ys + r] = dot_f32(x + u * xs, w + r * k, k);
+    }
+  }
   if (tb > 0) {
     for (; t + tb <= tokens; t += tb) {
       int64_t r = 0;

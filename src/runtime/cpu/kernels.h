@@ -33,6 +33,15 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 // once per group of rows instead of once per row.
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
 
+// dot_rows_f32 on f16 rows, converted in registers: the same floats as
+// row_to_f32 followed by dot_rows_f32, without writing the f32 rows out.
+void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y);
+
+// The number of tokens gemm_tile_f32's register blocks take at the current
+// level (1 at scalar); fewer tokens than this go through dot_rows_f32 one
+// token at a time, so dot_rows_f16 gives gemm_tile_f32's floats for them.
+int64_t gemm_tile_token_block();
+
 // y[t * y_stride + r] = dot(x + t * x_stride, w + r * k, k) for t < tokens and
 // r < rows: a block of tokens against a tile of f32 rows, register-blocked
 // (4 tokens x 4 rows with AVX-512, 2 x 4 with AVX2) so each load feeds

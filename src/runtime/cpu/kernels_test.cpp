@@ -74,7 +74,7 @@ TEST_P(SimdLevels, DotRowsMatchesRowByRow) {
 // of each other; the rows past `rows` are left alone.
 TEST_P(SimdVsScalar, GemmTileMatchesReference) {
   for (int64_t k : {5, 16, 33, 100, 256})
-    for (int64_t tokens : {1, 2, 3, 4, 5, 9})
+    for (int64_t tokens : {1, 2, 3, 4, 5, 6, 9, 13, 16})
       for (int64_t rows : {1, 3, 4, 7, 16}) {
         const int64_t xs = k + 3, ys = rows + 2;
         auto x = randn(static_cast<size_t>(tokens * xs), 10), w = randn(static_cast<size_t>(rows * k), 11);
@@ -89,6 +89,32 @@ TEST_P(SimdVsScalar, GemmTileMatchesReference) {
                 << "k=" << k << " tokens=" << tokens << " rows=" << rows << " at " << t << "," << r;
           }
       }
+}
+
+// Every register block (6 or 4 tokens at AVX-512, 2 at AVX2) and the
+// per-token rows form each sum in one order, so a token's outputs do not
+// depend on how many tokens share the call; and f16 rows converted in
+// registers give the floats of converting them first.
+TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
+  for (int64_t k : {5, 16, 33, 100, 256}) {
+    const int64_t rows = 7, tokens = 13;
+    auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
+    std::vector<float> wf(w.size());
+    row_to_f32(DType::F16, w16.data(), wf.data(), static_cast<int64_t>(wf.size()));
+    std::vector<float> all(static_cast<size_t>(tokens * rows));
+    gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, all.data(), rows);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> one(static_cast<size_t>(rows)), f16(static_cast<size_t>(rows));
+      gemm_tile_f32(x.data() + t * k, 1, k, wf.data(), rows, k, one.data(), rows);
+      dot_rows_f16(x.data() + t * k, w16.data(), k, rows, f16.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(all[static_cast<size_t>(t * rows + r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
+        EXPECT_EQ(f16[static_cast<size_t>(r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
+      }
+    }
+  }
 }
 
 TEST_P(SimdVsScalar, RowConversionIsExact) {
