@@ -30,6 +30,15 @@ QF_AVX2_INLINE void load_groups(const float* src, int n, __m256* v) {
   }
 }
 
+// The fit weights as load_groups lays them out, or x^2 (the scalar searches'
+// default) when there are none.
+QF_AVX2_INLINE void load_weights(const float* w, int n, const __m256* xv, __m256* wv) {
+  if (w)
+    load_groups(w, n, wv);
+  else
+    for (int i = 0; i < n; ++i) wv[i] = _mm256_mul_ps(xv[i], xv[i]);
+}
+
 // ggml's nearest_int on 8 lanes: the same magic-number addition and bit mask.
 QF_AVX2_INLINE __m256i nearest8(__m256 v) {
   const __m256 shifted = _mm256_add_ps(v, _mm256_set1_ps(12582912.f));
@@ -74,13 +83,10 @@ QF_AVX2_INLINE void signed_absmax(const __m256* x, int n, __m256* amax, __m256* 
 
 QF_AVX2 void asymmetric_avx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* scales,
                              float* neg_mins, float rmin, float rdelta, int nstep, bool use_mad, bool x3) {
-  __m256 xv[kMaxGroup], wv[kMaxGroup];
+  __m256 xv[kMaxGroup] = {}, wv[kMaxGroup] = {};  // zeroed: GCC cannot see that n >= 1 fills [0]
   __m256i Lv[kMaxGroup], La[kMaxGroup];
   load_groups(x, n, xv);
-  if (weights)
-    load_groups(weights, n, wv);
-  else
-    for (int i = 0; i < n; ++i) wv[i] = _mm256_mul_ps(xv[i], xv[i]);
+  load_weights(weights, n, xv, wv);
   const __m256 zero = _mm256_setzero_ps();
   const __m256i lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(nmax);
   __m256 min = xv[0], max = xv[0];
@@ -145,10 +151,7 @@ QF_AVX2 void symmetric_avx2(int n, int nmax, const float* x, int8_t* L, float* s
   __m256 xv[kMaxGroup], wv[kMaxGroup];
   __m256i Lv[kMaxGroup], Ln[kMaxGroup];
   load_groups(x, n, xv);
-  if (qw)
-    load_groups(qw, n, wv);
-  else
-    for (int i = 0; i < n; ++i) wv[i] = _mm256_mul_ps(xv[i], xv[i]);
+  load_weights(qw, n, xv, wv);
   const __m256 zero = _mm256_setzero_ps();
   const __m256i lo = _mm256_set1_epi32(-nmax), hi = _mm256_set1_epi32(nmax - 1);
   __m256 amax, max;

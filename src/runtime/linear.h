@@ -58,6 +58,10 @@ class Linear {
 // pointing at weights already stored as f32.
 constexpr int64_t kRowTile = 64;
 using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
+// The tiles of kRowTile rows of an `out`-row weight, spread over the pool:
+// fn(r0, rows) for each. Then y[t * out + r] += bias[r] for the tile's rows.
+void for_each_row_tile(int64_t out, ThreadPool& pool, const std::function<void(int64_t r0, int64_t rows)>& fn);
+void add_tile_bias(float* y, int64_t n, int64_t out, int64_t r0, int64_t rows, const std::vector<float>& bias);
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile);
 

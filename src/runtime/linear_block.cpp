@@ -54,7 +54,7 @@ class BlockLinear final : public Linear {
           const uint8_t* at = a + static_cast<size_t>(t) * act_bytes_;
           float* yt = y + t * out_;
           for (int64_t r = r0; r < r1; ++r) {
-            if (n == 1) {  // decode streams the weights: fetch the row after next while this one is dotted
+            if (n == 1 && r + 2 < out_) {  // decode streams the weights: fetch the row after next while this one is dotted
               const uint8_t* ahead = data_ + static_cast<size_t>(r + 2) * row_bytes_;
               for (size_t off = 0; off < row_bytes_; off += 64) __builtin_prefetch(ahead + off);
             }

@@ -20,17 +20,9 @@ class DenseLinear final : public Linear {
       // Decode: each f16 row is read once per token and converted in
       // registers (the same floats as the tile path below).
       const auto* w16 = reinterpret_cast<const uint16_t*>(base);
-      const int64_t tiles = (out_ + kRowTile - 1) / kRowTile;
-      pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
-        for (int64_t t = c.begin; t < c.end; ++t) {
-          const int64_t r0 = t * kRowTile, rows = std::min(kRowTile, out_ - r0);
-          for (int64_t i = 0; i < n; ++i) {
-            float* yt = y + i * out_ + r0;
-            dot_rows_f16(x + i * in_, w16 + r0 * in_, in_, rows, yt);
-            if (!bias_.empty())
-              for (int64_t r = 0; r < rows; ++r) yt[r] += bias_[static_cast<size_t>(r0 + r)];
-          }
-        }
+      for_each_row_tile(out_, pool, [&](int64_t r0, int64_t rows) {
+        for (int64_t i = 0; i < n; ++i) dot_rows_f16(x + i * in_, w16 + r0 * in_, in_, rows, y + i * out_ + r0);
+        add_tile_bias(y, n, out_, r0, rows, bias_);
       });
       return;
     }

@@ -325,44 +325,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void dot4_avx512(const floa
   y[3] = hsum512(s3);
 }
 
-// 4 tokens x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds.
-__attribute__((target("avx512f"))) void gemm4x4_avx512(const float* x, int64_t xs, const float* w, int64_t k,
-                                                        float* y, int64_t ys) {
-  __m512 acc[4][4];
-  for (auto& r : acc)
-    for (auto& a : r) a = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    __m512 wv[4], xv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = _mm512_loadu_ps(w + r * k + i);
-    for (int t = 0; t < 4; ++t) xv[t] = _mm512_loadu_ps(x + t * xs + i);
-    for (int t = 0; t < 4; ++t)
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv[t], wv[r], acc[t][r]);
-  }
-  if (i < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
-    __m512 wv[4], xv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * k + i);
-    for (int t = 0; t < 4; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + t * xs + i);
-    for (int t = 0; t < 4; ++t)
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv[t], wv[r], acc[t][r]);
-  }
-  for (int t = 0; t < 4; ++t)
-    for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
-}
-
-// 6 tokens x 4 rows: 24 accumulators, 10 loads per 24 multiply-adds. Each
-// sum is formed in the same order as in gemm4x4_avx512 and dot4_avx512.
-__attribute__((target("avx512f"))) void gemm6x4_avx512(const float* x, int64_t xs, const float* w, int64_t k,
-                                                        float* y, int64_t ys) {
-  __m512 acc[6][4];
+// T tokens x 4 rows (T = 6: 24 accumulators, 10 loads per 24 multiply-adds;
+// T = 4: 16 and 8 per 16). Each sum is formed in the order of dot4_avx512, so
+// the block size never changes a result.
+template <int T>
+__attribute__((target("avx512f"))) void gemm_tx4_avx512(const float* x, int64_t xs, const float* w, int64_t k,
+                                                         float* y, int64_t ys) {
+  __m512 acc[T][4];
   for (auto& r : acc)
     for (auto& a : r) a = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
     __m512 wv[4];
     for (int r = 0; r < 4; ++r) wv[r] = _mm512_loadu_ps(w + r * k + i);
-    for (int t = 0; t < 6; ++t) {
+    for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_loadu_ps(x + t * xs + i);
       for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
     }
@@ -371,12 +347,12 @@ __attribute__((target("avx512f"))) void gemm6x4_avx512(const float* x, int64_t x
     const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
     __m512 wv[4];
     for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * k + i);
-    for (int t = 0; t < 6; ++t) {
+    for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
       for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
     }
   }
-  for (int t = 0; t < 6; ++t)
+  for (int t = 0; t < T; ++t)
     for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
 }
 
@@ -468,27 +444,23 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, i
 
 void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, int64_t rows, int64_t k, float* y,
                    int64_t ys) {
-  const SimdLevel level = simd_level();
-  const int64_t tb = level == SimdLevel::Avx512 ? 4 : level == SimdLevel::Avx2 ? 2 : 0;
+  using Block = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
   int64_t t = 0;
-  if (tb == 4) {
-    for (; t + 6 <= tokens; t += 6) {
-      int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) gemm6x4_avx512(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
-      for (; r < rows; ++r)
-        for (int64_t u = t; u < t + 6; ++u) y[u * ys + r] = dot_f32(x + u * xs, w + r * k, k);
-    }
-  }
-  if (tb > 0) {
+  // Blocks of tb tokens x 4 rows while they fit; rows past a multiple of 4 by dot_f32.
+  auto blocks = [&](int64_t tb, Block kernel) {
     for (; t + tb <= tokens; t += tb) {
       int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) {
-        if (tb == 4) gemm4x4_avx512(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
-        else gemm2x4_avx2(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
-      }
+      for (; r + 4 <= rows; r += 4) kernel(x + t * xs, xs, w + r * k, k, y + t * ys + r, ys);
       for (; r < rows; ++r)
         for (int64_t u = t; u < t + tb; ++u) y[u * ys + r] = dot_f32(x + u * xs, w + r * k, k);
     }
+  };
+  const SimdLevel level = simd_level();
+  if (level == SimdLevel::Avx512) {
+    blocks(6, gemm_tx4_avx512<6>);
+    blocks(4, gemm_tx4_avx512<4>);
+  } else if (level == SimdLevel::Avx2) {
+    blocks(2, gemm2x4_avx2);
   }
   for (; t < tokens; ++t) dot_rows_f32(x + t * xs, w, k, rows, y + t * ys);
 }
