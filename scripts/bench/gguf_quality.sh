@@ -20,6 +20,7 @@ qf=build/bin/quantforge
 fx=tests/data/fixture-llama
 out=build/bench
 mkdir -p "$out"
+rm -f "$out/fixture-imatrix.gguf"
 "$qf" -q imatrix "$fx" --text tests/data/text/calibration.txt --chunks "$im_chunks" -o "$out/fixture-imatrix.gguf"
 echo "| preset | imatrix | MiB | ppl | delta | KLD mean | KLD p99 | top-1 |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -28,6 +29,7 @@ for p in F16 Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q4_0 Q3_K_L Q3_K_M Q3_K_S Q2_
     [[ $im == yes && ( $p == F16 || $p == Q8_0 ) ]] && continue  # no importance weights for these types
     args=()
     [[ $im == yes ]] && args=(--imatrix "$out/fixture-imatrix.gguf")
+    rm -f "$out/q.gguf"  # convert never replaces an existing output
     "$qf" -q convert "$fx" --to gguf --type "$p" "${args[@]}" -o "$out/q.gguf"
     "$qf" -q eval "$out/q.gguf" --text tests/data/text/evaluation.txt --max-chunks "$chunks" --baseline "$fx" \
       --json "$out/q.json" >/dev/null
