@@ -2,11 +2,13 @@
 // the weight type's vec_dot_type once per token, then each thread takes a
 // range of weight rows and dots every token against each row while it is in
 // cache. Many tokens (prefill, perplexity): weight tiles are decoded to f32
-// and go through the f32 GEMM of forward_row_tiles.
+// and go through the f32 GEMM of forward_row_tiles; Q8_0 rows are decoded in
+// the GEMM's registers instead (gemm_tile_q8_0, the same floats).
 #include <algorithm>
 
 #include "core/error.h"
 #include "quantizers/kquants.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 
 namespace qf::rt {
@@ -26,6 +28,15 @@ class BlockLinear final : public Linear {
         row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
+    if (n >= kDequantizeTokens && type_ == ggml_type::Q8_0) {
+      // Q8_0 rows go to the GEMM as they are, decoded in registers (the
+      // floats of the decoded tiles below, with a quarter of the bytes read).
+      for_each_row_tile(out_, pool, [&](int64_t r0, int64_t rows) {
+        gemm_tile_q8_0(x, n, in_, data_ + static_cast<size_t>(r0) * row_bytes_, rows, in_, y + r0, out_);
+        add_tile_bias(y, n, out_, r0, rows, bias_);
+      });
+      return;
+    }
     if (n >= kDequantizeTokens) {
       // Prefill and evaluation: a tile of rows is decoded to f32 once and
       // multiplied with every token by the register-blocked f32 GEMM, whose

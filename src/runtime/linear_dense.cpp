@@ -1,5 +1,6 @@
-// Dense float Linear: rows are converted to f32 a tile at a time inside the
-// kernel (forward_row_tiles); f32 weights are used in place.
+// Dense float Linear: f16 rows go to the GEMM as they are (converted in
+// registers), bf16 rows are converted to f32 a tile at a time
+// (forward_row_tiles), f32 weights are used in place.
 #include <algorithm>
 
 #include "core/error.h"
@@ -16,12 +17,13 @@ class DenseLinear final : public Linear {
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
     const char* base = static_cast<const char*>(w_.data());
-    if (w_.dtype() == DType::F16 && n < gemm_tile_token_block()) {
-      // Decode: each f16 row is read once per token and converted in
-      // registers (the same floats as the tile path below).
+    if (w_.dtype() == DType::F16) {
+      // f16 rows are converted in registers by the GEMM blocks (and by the
+      // per-token dots of decode): the floats of converting them first,
+      // with half the bytes read.
       const auto* w16 = reinterpret_cast<const uint16_t*>(base);
       for_each_row_tile(out_, pool, [&](int64_t r0, int64_t rows) {
-        for (int64_t i = 0; i < n; ++i) dot_rows_f16(x + i * in_, w16 + r0 * in_, in_, rows, y + i * out_ + r0);
+        gemm_tile_f16(x, n, in_, w16 + r0 * in_, rows, in_, y + r0, out_);
         add_tile_bias(y, n, out_, r0, rows, bias_);
       });
       return;

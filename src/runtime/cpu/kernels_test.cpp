@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -94,7 +95,8 @@ TEST_P(SimdVsScalar, GemmTileMatchesReference) {
 // Every register block (6 or 4 tokens at AVX-512, 2 at AVX2) and the
 // per-token rows form each sum in one order, so a token's outputs do not
 // depend on how many tokens share the call; and f16 rows converted in
-// registers give the floats of converting them first.
+// registers (dot_rows_f16, gemm_tile_f16) give the floats of converting them
+// first.
 TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
   for (int64_t k : {5, 16, 33, 100, 256}) {
     const int64_t rows = 7, tokens = 13;
@@ -103,8 +105,10 @@ TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
     for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
     std::vector<float> wf(w.size());
     row_to_f32(DType::F16, w16.data(), wf.data(), static_cast<int64_t>(wf.size()));
-    std::vector<float> all(static_cast<size_t>(tokens * rows));
+    std::vector<float> all(static_cast<size_t>(tokens * rows)), all16(all.size());
     gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, all.data(), rows);
+    gemm_tile_f16(x.data(), tokens, k, w16.data(), rows, k, all16.data(), rows);
+    for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all16[i], all[i]) << "k=" << k << " gemm_tile_f16 at " << i;
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<float> one(static_cast<size_t>(rows)), f16(static_cast<size_t>(rows));
       gemm_tile_f32(x.data() + t * k, 1, k, wf.data(), rows, k, one.data(), rows);
@@ -113,6 +117,44 @@ TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
         EXPECT_EQ(all[static_cast<size_t>(t * rows + r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
         EXPECT_EQ(f16[static_cast<size_t>(r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
       }
+    }
+  }
+}
+
+// Q8_0 rows decoded in registers (the prefill GEMM's path for Q8_0 weights)
+// give exactly the floats of decoding them first; codes span -128 .. 127 and
+// scales several binades.
+TEST_P(SimdLevels, Q8_0RowsInRegistersMatchDecodedRows) {
+  std::mt19937 rng(21);
+  for (int64_t k : {32, 64, 96, 2048}) {
+    const int64_t blocks = k / 32;
+    for (int64_t rows : {1, 3, 4, 7, 9}) {
+      std::vector<uint8_t> w(static_cast<size_t>(rows * blocks * 34));
+      for (int64_t b = 0; b < rows * blocks; ++b) {
+        uint8_t* blk = w.data() + b * 34;
+        const uint16_t d = f32_to_f16(std::ldexp(1.f + static_cast<float>(rng() % 1000) / 1000.f, static_cast<int>(rng() % 12) - 14));
+        std::memcpy(blk, &d, 2);
+        for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(rng() & 0xff);
+      }
+      std::vector<float> wf(static_cast<size_t>(rows * k));
+      for (int64_t r = 0; r < rows; ++r) decode_q8_0_row(w.data() + r * blocks * 34, wf.data() + r * k, k);
+      for (int64_t r = 0; r < rows; ++r)  // decode_q8_0_row against the block definition, q * d
+        for (int64_t i = 0; i < k; ++i) {
+          const uint8_t* blk = w.data() + (r * blocks + i / 32) * 34;
+          uint16_t d;
+          std::memcpy(&d, blk, 2);
+          ASSERT_EQ(wf[r * k + i], static_cast<float>(static_cast<int8_t>(blk[2 + i % 32])) * f16_to_f32(d));
+        }
+      const int64_t tokens = 13;
+      auto x = randn(static_cast<size_t>(tokens * k), 22);
+      std::vector<float> want(static_cast<size_t>(tokens * rows)), got(want.size());
+      gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, want.data(), rows);
+      gemm_tile_q8_0(x.data(), tokens, k, w.data(), rows, k, got.data(), rows);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "k=" << k << " rows=" << rows << " at " << i;
+      std::vector<float> one(static_cast<size_t>(rows)), one_want(one.size());
+      dot_rows_q8_0(x.data(), w.data(), k, rows, one.data());
+      dot_rows_f32(x.data(), wf.data(), k, rows, one_want.data());
+      for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[r], one_want[r]) << "k=" << k << " rows=" << rows << " row " << r;
     }
   }
 }
