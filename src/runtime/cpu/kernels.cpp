@@ -15,6 +15,8 @@
 
 #include "core/error.h"
 #include "quantizers/kquant_blocks.h"
+#include "runtime/cpu/gemm_blocks.h"
+#include "runtime/cpu/row_kinds.h"
 
 namespace qf::rt {
 
@@ -52,13 +54,11 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
 
 namespace {
 
-__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using blocks::hsum256;
+using blocks::hsum512;
+using rows::F16Row;
+using rows::F32Row;
+using rows::Q8_0Row;
 
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
@@ -73,72 +73,6 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
-}
-
-// Weight loads of the dot kernels, element i of a row: f32 rows as they are;
-// f16 rows converted in registers (exactly: every f16 is an f32); Q8_0 rows
-// (34-byte blocks of an f16 scale d and 32 int8 codes) as q * d, which is
-// exact in f32 (11 x 8 significant bits) and so equals the decoded row. The
-// kernels thus return the same floats as decoding the rows first. stride(k):
-// the distance between rows of k elements, in T.
-struct F32Row {
-  using T = float;
-  static __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* w, int64_t i) {
-    return _mm256_loadu_ps(w + i);
-  }
-  static float at(const float* w, int64_t i) { return w[i]; }
-  static int64_t stride(int64_t k) { return k; }
-};
-struct F16Row {
-  using T = uint16_t;
-  static __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* w, int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-  }
-  static float at(const uint16_t* w, int64_t i) { return f16_to_f32(w[i]); }
-  static int64_t stride(int64_t k) { return k; }
-};
-struct Q8_0Row {
-  using T = uint8_t;
-  static const kquants::BlockQ8_0& block(const uint8_t* w, int64_t i) {
-    return reinterpret_cast<const kquants::BlockQ8_0*>(w)[i / kquants::kLegacyBlock];
-  }
-  static __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint8_t* w, int64_t i) {
-    const kquants::BlockQ8_0& b = block(w, i);
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + i % kquants::kLegacyBlock));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(b.d))));
-  }
-  static float at(const uint8_t* w, int64_t i) {
-    const kquants::BlockQ8_0& b = block(w, i);
-    return b.qs[i % kquants::kLegacyBlock] * f16_to_f32(b.d);
-  }
-  static int64_t stride(int64_t k) {
-    return k / kquants::kLegacyBlock * static_cast<int64_t>(sizeof(kquants::BlockQ8_0));
-  }
-};
-
-template <typename Row>
-__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const float* x, const typename Row::T* w, int64_t n, float* y) {
-  const typename Row::T* w0 = w;
-  const typename Row::T* w1 = w + Row::stride(n);
-  const typename Row::T* w2 = w + 2 * Row::stride(n);
-  const typename Row::T* w3 = w + 3 * Row::stride(n);
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 xv = _mm256_loadu_ps(x + i);
-    s0 = _mm256_fmadd_ps(xv, Row::load8(w0, i), s0);
-    s1 = _mm256_fmadd_ps(xv, Row::load8(w1, i), s1);
-    s2 = _mm256_fmadd_ps(xv, Row::load8(w2, i), s2);
-    s3 = _mm256_fmadd_ps(xv, Row::load8(w3, i), s3);
-  }
-  float r0 = hsum256(s0), r1 = hsum256(s1), r2 = hsum256(s2), r3 = hsum256(s3);
-  for (; i < n; ++i) {  // explicit fused multiply-adds: the same for every Row type
-    r0 = std::fma(x[i], Row::at(w0, i), r0);
-    r1 = std::fma(x[i], Row::at(w1, i), r1);
-    r2 = std::fma(x[i], Row::at(w2, i), r2);
-    r3 = std::fma(x[i], Row::at(w3, i), r3);
-  }
-  y[0] = r0, y[1] = r1, y[2] = r2, y[3] = r3;
 }
 
 __attribute__((target("avx2,fma,f16c"))) void f16_to_f32_avx2(const uint16_t* s, float* d, int64_t n) {
@@ -276,12 +210,6 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float a, const float* x, floa
 
 // ---- AVX-512 ----------------------------------------------------------------
 
-__attribute__((target("avx512f"))) inline float hsum512(__m512 v) {
-  __m256 lo = _mm512_castps512_ps256(v);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum256(_mm256_add_ps(lo, hi));
-}
-
 __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int64_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -295,166 +223,6 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float*
     s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
   }
   return hsum512(_mm512_add_ps(s0, s1));
-}
-
-struct F32Row512 {
-  using T = float;
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const float* w, int64_t i) {
-    return _mm512_loadu_ps(w + i);
-  }
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 m, const float* w,
-                                                                                     int64_t i) {
-    return _mm512_maskz_loadu_ps(m, w + i);
-  }
-  static int64_t stride(int64_t k) { return k; }
-};
-struct F16Row512 {
-  using T = uint16_t;
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const uint16_t* w, int64_t i) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
-  }
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 m, const uint16_t* w,
-                                                                                     int64_t i) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i));
-  }
-  static int64_t stride(int64_t k) { return k; }
-};
-struct Q8_0Row512 {
-  using T = uint8_t;
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(const uint8_t* w, int64_t i) {
-    const kquants::BlockQ8_0& b = Q8_0Row::block(w, i);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + i % kquants::kLegacyBlock));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(b.d))));
-  }
-  static __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load16(__mmask16 m, const uint8_t* w,
-                                                                                     int64_t i) {
-    const kquants::BlockQ8_0& b = Q8_0Row::block(w, i);
-    const __m128i q = _mm_maskz_loadu_epi8(m, b.qs + i % kquants::kLegacyBlock);
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(b.d))));
-  }
-  static int64_t stride(int64_t k) { return Q8_0Row::stride(k); }
-};
-
-template <typename Row>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void dot4_avx512(const float* x, const typename Row::T* w, int64_t n, float* y) {
-  const typename Row::T* w0 = w;
-  const typename Row::T* w1 = w + Row::stride(n);
-  const typename Row::T* w2 = w + 2 * Row::stride(n);
-  const typename Row::T* w3 = w + 3 * Row::stride(n);
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    if constexpr (sizeof(typename Row::T) == 2) {
-      if ((i & 31) == 0) {  // one cache line of each row per 32 elements, 2 KiB ahead
-        _mm_prefetch(reinterpret_cast<const char*>(w0 + i + 1024), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w1 + i + 1024), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w2 + i + 1024), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w3 + i + 1024), _MM_HINT_T0);
-      }
-    }
-    __m512 xv = _mm512_loadu_ps(x + i);
-    s0 = _mm512_fmadd_ps(xv, Row::load16(w0, i), s0);
-    s1 = _mm512_fmadd_ps(xv, Row::load16(w1, i), s1);
-    s2 = _mm512_fmadd_ps(xv, Row::load16(w2, i), s2);
-    s3 = _mm512_fmadd_ps(xv, Row::load16(w3, i), s3);
-  }
-  if (i < n) {
-    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    s0 = _mm512_fmadd_ps(xv, Row::load16(m, w0, i), s0);
-    s1 = _mm512_fmadd_ps(xv, Row::load16(m, w1, i), s1);
-    s2 = _mm512_fmadd_ps(xv, Row::load16(m, w2, i), s2);
-    s3 = _mm512_fmadd_ps(xv, Row::load16(m, w3, i), s3);
-  }
-  y[0] = hsum512(s0);
-  y[1] = hsum512(s1);
-  y[2] = hsum512(s2);
-  y[3] = hsum512(s3);
-}
-
-// T tokens x 4 rows (T = 6: 24 accumulators, 10 loads per 24 multiply-adds;
-// T = 4: 16 and 8 per 16), the rows f32 or f16 converted in registers. Each
-// sum is formed in the order of dot4_avx512, so neither the block size nor
-// the row type changes a result.
-template <int T, typename Row>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const float* x, int64_t xs,
-                                                                         const typename Row::T* w, int64_t k,
-                                                                         float* y, int64_t ys) {
-  __m512 acc[T][4];
-  for (auto& r : acc)
-    for (auto& a : r) a = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    __m512 wv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = Row::load16(w + r * Row::stride(k), i);
-    for (int t = 0; t < T; ++t) {
-      const __m512 xv = _mm512_loadu_ps(x + t * xs + i);
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
-    }
-  }
-  if (i < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
-    __m512 wv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = Row::load16(m, w + r * Row::stride(k), i);
-    for (int t = 0; t < T; ++t) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
-    }
-  }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
-}
-
-// 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds; the order
-// of dot4_avx2.
-template <typename Row>
-__attribute__((target("avx2,fma,f16c"))) void gemm2x4_avx2(const float* x, int64_t xs, const typename Row::T* w,
-                                                           int64_t k, float* y, int64_t ys) {
-  __m256 acc[2][4];
-  for (auto& r : acc)
-    for (auto& a : r) a = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
-    __m256 wv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = Row::load8(w + r * Row::stride(k), i);
-    for (int t = 0; t < 2; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x + t * xs + i);
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
-    }
-  }
-  for (int t = 0; t < 2; ++t)
-    for (int r = 0; r < 4; ++r) {
-      float s = hsum256(acc[t][r]);
-      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], Row::at(w + r * Row::stride(k), j), s);  // as dot4_avx2's tail
-      y[t * ys + r] = s;
-    }
-}
-
-// Blocks of tb tokens x 4 rows while they fit; the rows past a multiple of 4
-// and the tokens past the blocks through dot_rows (dot_rows_f32 or
-// dot_rows_f16), which form their sums in the same orders.
-template <typename Row512, typename Row256, typename W>
-void gemm_tile(const float* x, int64_t tokens, int64_t xs, const W* w, int64_t rows, int64_t k, float* y, int64_t ys,
-               void (*dot_rows)(const float*, const W*, int64_t, int64_t, float*)) {
-  using Block = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t);
-  int64_t t = 0;
-  auto blocks = [&](int64_t tb, Block kernel) {
-    for (; t + tb <= tokens; t += tb) {
-      int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) kernel(x + t * xs, xs, w + r * Row512::stride(k), k, y + t * ys + r, ys);
-      if (r < rows)
-        for (int64_t u = t; u < t + tb; ++u)
-          dot_rows(x + u * xs, w + r * Row512::stride(k), k, rows - r, y + u * ys + r);
-    }
-  };
-  const SimdLevel level = simd_level();
-  if (level == SimdLevel::Avx512) {
-    blocks(6, gemm_tx4_avx512<6, Row512>);
-    blocks(4, gemm_tx4_avx512<4, Row512>);
-  } else if (level == SimdLevel::Avx2) {
-    blocks(2, gemm2x4_avx2<Row256>);
-  }
-  for (; t < tokens; ++t) dot_rows(x + t * xs, w, k, rows, y + t * ys);
 }
 
 __attribute__((target("avx512f"))) void f16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
@@ -481,53 +249,28 @@ void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float
   int64_t r = 0;
   if (level != SimdLevel::Scalar) {
     for (; r + 4 <= rows; r += 4) {
-      if (level == SimdLevel::Avx512) dot4_avx512<F32Row512>(x, w + r * n, n, y + r);
-      else dot4_avx2<F32Row>(x, w + r * n, n, y + r);
+      if (level == SimdLevel::Avx512) blocks::dot4_avx512<F32Row>(x, w + r * n, n, y + r);
+      else blocks::dot4_avx2<F32Row>(x, w + r * n, n, y + r);
     }
   }
   for (; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
 }
 
 namespace {
-// Rows 4 at a time by dot4 (converted in registers), the rest decoded to f32
-// by `decode` and dotted by dot_f32: the floats of decoding every row first
-// and calling dot_rows_f32.
-template <typename Row512, typename Row256>
-void dot_rows_decoding(const float* x, const typename Row512::T* w, int64_t n, int64_t rows, float* y,
-                       void (*decode)(const typename Row512::T*, float*, int64_t)) {
-  const SimdLevel level = simd_level();
-  const int64_t stride = Row512::stride(n);
-  int64_t r = 0;
-  if (level != SimdLevel::Scalar) {
-    for (; r + 4 <= rows; r += 4) {
-      if (level == SimdLevel::Avx512) dot4_avx512<Row512>(x, w + r * stride, n, y + r);
-      else dot4_avx2<Row256>(x, w + r * stride, n, y + r);
-    }
-  }
-  if (r < rows) {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(n));
-    for (; r < rows; ++r) {
-      decode(w + r * stride, row.data(), n);
-      y[r] = dot_f32(x, row.data(), n);
-    }
-  }
-}
-
 void decode_f16_row(const uint16_t* w, float* out, int64_t n) { row_to_f32(DType::F16, w, out, n); }
 }  // namespace
 
 void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y) {
-  dot_rows_decoding<F16Row512, F16Row>(x, w, n, rows, y, decode_f16_row);
+  blocks::dot_rows_decoding<F16Row>(x, w, n, rows, y, decode_f16_row);
 }
 
 void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) {
-  const auto* blocks = reinterpret_cast<const kquants::BlockQ8_0*>(w);
-  for (int64_t b = 0; b < n / kquants::kLegacyBlock; ++b) kquants::dequantize_block(blocks[b], out + b * kquants::kLegacyBlock);
+  const auto* blk = reinterpret_cast<const kquants::BlockQ8_0*>(w);
+  for (int64_t b = 0; b < n / kquants::kLegacyBlock; ++b) kquants::dequantize_block(blk[b], out + b * kquants::kLegacyBlock);
 }
 
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t n, int64_t rows, float* y) {
-  dot_rows_decoding<Q8_0Row512, Q8_0Row>(x, w, n, rows, y, decode_q8_0_row);
+  blocks::dot_rows_decoding<Q8_0Row>(x, w, n, rows, y, decode_q8_0_row);
 }
 
 int64_t gemm_tile_token_block() {
@@ -545,17 +288,17 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, i
 
 void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, int64_t rows, int64_t k, float* y,
                    int64_t ys) {
-  gemm_tile<F32Row512, F32Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f32);
+  blocks::gemm_tile<F32Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f32);
 }
 
 void gemm_tile_f16(const float* x, int64_t tokens, int64_t xs, const uint16_t* w, int64_t rows, int64_t k, float* y,
                    int64_t ys) {
-  gemm_tile<F16Row512, F16Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f16);
+  blocks::gemm_tile<F16Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f16);
 }
 
 void gemm_tile_q8_0(const float* x, int64_t tokens, int64_t xs, const uint8_t* w, int64_t rows, int64_t k, float* y,
                     int64_t ys) {
-  gemm_tile<Q8_0Row512, Q8_0Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_q8_0);
+  blocks::gemm_tile<Q8_0Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_q8_0);
 }
 
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {

@@ -12,6 +12,7 @@
 //    scales up); std::exp of a float within 1 ulp (2u); of a double, exact
 //    enough;
 //  - every other f32 operation: relative u.
+#include "quantizers/kquants.h"
 #include "runtime/cpu/kernels.h"
 #include "simd_level_fixture.h"
 
@@ -121,42 +122,58 @@ TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
   }
 }
 
-// Q8_0 rows decoded in registers (the prefill GEMM's path for Q8_0 weights)
-// give exactly the floats of decoding them first; codes span -128 .. 127 and
-// scales several binades.
-TEST_P(SimdLevels, Q8_0RowsInRegistersMatchDecodedRows) {
+// Block rows decoded in registers (the prefill GEMM's path for Q8_0
+// weights) give exactly the floats of decoding them first with the
+// quantizers' decoder: random code bytes (every code value), f16 scales over
+// several binades.
+struct BlockRowKind {
+  const char* name;
+  int64_t block_elems, block_bytes;
+  std::vector<int64_t> f16_offsets;  // the f16 scales in a block
+  void (*decode)(const uint8_t*, float*, int64_t);
+  void (*dot_rows)(const float*, const uint8_t*, int64_t, int64_t, float*);
+  void (*gemm)(const float*, int64_t, int64_t, const uint8_t*, int64_t, int64_t, float*, int64_t);
+  uint32_t ggml;
+};
+
+TEST_P(SimdLevels, BlockRowsInRegistersMatchDecodedRows) {
+  const BlockRowKind kinds[] = {
+      {"q8_0", 32, 34, {0}, decode_q8_0_row, dot_rows_q8_0, gemm_tile_q8_0, ggml_type::Q8_0},
+  };
   std::mt19937 rng(21);
-  for (int64_t k : {32, 64, 96, 2048}) {
-    const int64_t blocks = k / 32;
-    for (int64_t rows : {1, 3, 4, 7, 9}) {
-      std::vector<uint8_t> w(static_cast<size_t>(rows * blocks * 34));
-      for (int64_t b = 0; b < rows * blocks; ++b) {
-        uint8_t* blk = w.data() + b * 34;
-        const uint16_t d = f32_to_f16(std::ldexp(1.f + static_cast<float>(rng() % 1000) / 1000.f, static_cast<int>(rng() % 12) - 14));
-        std::memcpy(blk, &d, 2);
-        for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(rng() & 0xff);
-      }
-      std::vector<float> wf(static_cast<size_t>(rows * k));
-      for (int64_t r = 0; r < rows; ++r) decode_q8_0_row(w.data() + r * blocks * 34, wf.data() + r * k, k);
-      for (int64_t r = 0; r < rows; ++r)  // decode_q8_0_row against the block definition, q * d
-        for (int64_t i = 0; i < k; ++i) {
-          const uint8_t* blk = w.data() + (r * blocks + i / 32) * 34;
-          uint16_t d;
-          std::memcpy(&d, blk, 2);
-          ASSERT_EQ(wf[r * k + i], static_cast<float>(static_cast<int8_t>(blk[2 + i % 32])) * f16_to_f32(d));
+  for (const auto& kind : kinds)
+    for (int64_t blocks : {1, 3, 8}) {
+      const int64_t k = blocks * kind.block_elems;
+      for (int64_t rows : {1, 3, 4, 7, 9}) {
+        std::vector<uint8_t> w(static_cast<size_t>(rows * blocks * kind.block_bytes));
+        for (auto& v : w) v = static_cast<uint8_t>(rng() & 0xff);
+        for (int64_t b = 0; b < rows * blocks; ++b)
+          for (int64_t off : kind.f16_offsets) {
+            const float scale = std::ldexp(1.f + static_cast<float>(rng() % 1000) / 1000.f, static_cast<int>(rng() % 12) - 14);
+            const uint16_t h = f32_to_f16(scale);
+            std::memcpy(w.data() + b * kind.block_bytes + off, &h, 2);
+          }
+        const int64_t row_bytes = blocks * kind.block_bytes;
+        std::vector<float> wf(static_cast<size_t>(rows * k)), want_row(static_cast<size_t>(k));
+        for (int64_t r = 0; r < rows; ++r) {
+          kind.decode(w.data() + r * row_bytes, wf.data() + r * k, k);
+          kquants::dequantize_row(kind.ggml, w.data() + r * row_bytes, want_row.data(), k);
+          for (int64_t i = 0; i < k; ++i) ASSERT_EQ(wf[r * k + i], want_row[i]) << kind.name << " decode at " << i;
         }
-      const int64_t tokens = 13;
-      auto x = randn(static_cast<size_t>(tokens * k), 22);
-      std::vector<float> want(static_cast<size_t>(tokens * rows)), got(want.size());
-      gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, want.data(), rows);
-      gemm_tile_q8_0(x.data(), tokens, k, w.data(), rows, k, got.data(), rows);
-      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "k=" << k << " rows=" << rows << " at " << i;
-      std::vector<float> one(static_cast<size_t>(rows)), one_want(one.size());
-      dot_rows_q8_0(x.data(), w.data(), k, rows, one.data());
-      dot_rows_f32(x.data(), wf.data(), k, rows, one_want.data());
-      for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[r], one_want[r]) << "k=" << k << " rows=" << rows << " row " << r;
+        const int64_t tokens = 13;
+        auto x = randn(static_cast<size_t>(tokens * k), 22);
+        std::vector<float> want(static_cast<size_t>(tokens * rows)), got(want.size());
+        gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, want.data(), rows);
+        kind.gemm(x.data(), tokens, k, w.data(), rows, k, got.data(), rows);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << kind.name << " k=" << k << " rows=" << rows << " at " << i;
+        std::vector<float> one(static_cast<size_t>(rows)), one_want(one.size());
+        kind.dot_rows(x.data(), w.data(), k, rows, one.data());
+        dot_rows_f32(x.data(), wf.data(), k, rows, one_want.data());
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(one[r], one_want[r]) << kind.name << " k=" << k << " rows=" << rows << " row " << r;
+      }
     }
-  }
 }
 
 TEST_P(SimdVsScalar, RowConversionIsExact) {
