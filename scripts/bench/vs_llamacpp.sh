@@ -13,8 +13,9 @@
 #    safetensors), alternating, --reps times each; median wall seconds, their
 #    ratio, and a byte comparison of every tensor (gguf_tensor_diff.py).
 # 2. Runtime on llama-quantize's GGUF files (F16, Q8_0, Q4_K_M, Q6_K):
-#    llama-bench pp/tg against `quantforge bench -p P -n N`, alternating, best
-#    of --reps; perplexity with ctx 512 over --chunks chunks of the text,
+#    llama-bench pp/tg against `quantforge bench -p P -n 0` and
+#    `quantforge bench -p 1 -n N` (both tools measure each from an empty
+#    cache), alternating, best of --reps; perplexity with ctx 512 over --chunks chunks of the text,
 #    the forward time of llama-perplexity against `quantforge eval`'s
 #    (median; loading and tokenizing not counted), and both
 #    perplexities (they should agree closely: same weights, same tokens).
@@ -127,8 +128,11 @@ if [[ $do_runtime -eq 1 ]]; then
       "$llama/llama-bench" -m "$g" -p "$pp" -n "$tg" -t "$threads" -r 1 -o json > "$work/lb.json" 2>/dev/null
       lp+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["avg_ts"] for x in d if x["n_prompt"]>0][0])' "$work/lb.json")")
       lg+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["avg_ts"] for x in d if x["n_gen"]>0][0])' "$work/lb.json")")
-      "$qf" bench "$g" -p "$pp" -n "$tg" --threads "$threads" --json "$work/qb.json" >/dev/null 2>&1
+      # As llama-bench runs pp and tg: two runs, each from an empty cache
+      # (decode after a 1-token prompt, not after the pp prompt).
+      "$qf" bench "$g" -p "$pp" -n 0 --threads "$threads" --json "$work/qb.json" >/dev/null 2>&1
       qp+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["prefill_tokens_per_s"])' "$work/qb.json")")
+      "$qf" bench "$g" -p 1 -n "$tg" --threads "$threads" --json "$work/qb.json" >/dev/null 2>&1
       qd+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["decode_tokens_per_s"])' "$work/qb.json")")
     done
     bp=$(best "${lp[@]}") bg=$(best "${lg[@]}") bqp=$(best "${qp[@]}") bqd=$(best "${qd[@]}")

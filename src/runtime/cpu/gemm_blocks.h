@@ -1,9 +1,9 @@
 // The register blocks of the dot and GEMM kernels, over any row kind of
-// row_kinds.h: 4 rows against 1 token (dot4_*), T tokens x 4 rows
+// row_kinds.h: 1 row against 1 token (dot1_*), T tokens x 4 rows
 // (gemm_tx4_avx512, gemm2x4_avx2), and the loops that tile a block of tokens
-// and rows with them (gemm_tile, dot_rows_decoding). Every block forms each
-// sum in the order of dot4 at its level (one accumulator per row, element i
-// in lane i % 16 (AVX-512) or i % 8 (AVX2), then a fixed horizontal sum), so
+// and rows with them (gemm_tile, dot_rows_kind). Every block forms each sum
+// in one order at its level (one accumulator per row and token, element i in
+// lane i % 16 (AVX-512) or i % 8 (AVX2), then a fixed horizontal sum), so
 // neither the number of tokens nor the row kind changes a result.
 //
 // Internal to the runtime's CPU kernels (kernels.cpp instantiates them).
@@ -34,46 +34,35 @@ __attribute__((target("avx512f"))) inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(lo, hi));
 }
 
+// One row against one token, in the order every block uses: one accumulator,
+// element i in lane i % 8, a fixed horizontal sum, then the elements past a
+// multiple of 8 by explicit fused multiply-adds.
 template <typename Row>
-__attribute__((target("avx2,fma,f16c"))) void dot4_avx2(const float* x, const typename Row::T* w, int64_t n, float* y) {
-  const typename Row::T* wr[4] = {w, w + Row::stride(n), w + 2 * Row::stride(n), w + 3 * Row::stride(n)};
-  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+__attribute__((target("avx2,fma,f16c"))) float dot1_avx2(const float* x, const typename Row::T* w, int64_t n) {
+  __m256 s = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < 4; ++r) s[r] = _mm256_fmadd_ps(xv, Row::load8(wr[r], i), s[r]);
-  }
-  float out[4];
-  for (int r = 0; r < 4; ++r) out[r] = hsum256(s[r]);
-  for (; i < n; ++i)  // explicit fused multiply-adds: the same for every row kind
-    for (int r = 0; r < 4; ++r) out[r] = std::fma(x[i], Row::at(wr[r], i), out[r]);
-  for (int r = 0; r < 4; ++r) y[r] = out[r];
+  for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), Row::load8(w, i), s);
+  float out = hsum256(s);
+  for (; i < n; ++i) out = std::fma(x[i], Row::at(w, i), out);
+  return out;
 }
 
+// The same with 16 lanes and a masked last step.
 template <typename Row>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void dot4_avx512(const float* x, const typename Row::T* w,
-                                                                     int64_t n, float* y) {
-  const typename Row::T* wr[4] = {w, w + Row::stride(n), w + 2 * Row::stride(n), w + 3 * Row::stride(n)};
-  __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+__attribute__((target("avx512f,avx512bw,avx512vl"))) float dot1_avx512(const float* x, const typename Row::T* w,
+                                                                      int64_t n) {
+  __m512 s = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    if constexpr (sizeof(typename Row::T) == 2) {
-      if ((i & 31) == 0)  // one cache line of each row per 32 elements, 2 KiB ahead
-        for (int r = 0; r < 4; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + i + 1024), _MM_HINT_T0);
-    }
-    const __m512 xv = _mm512_loadu_ps(x + i);
-    for (int r = 0; r < 4; ++r) s[r] = _mm512_fmadd_ps(xv, Row::load16(wr[r], i), s[r]);
-  }
+  for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    for (int r = 0; r < 4; ++r) s[r] = _mm512_fmadd_ps(xv, Row::load16(m, wr[r], i), s[r]);
+    s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), Row::load16(m, w, i), s);
   }
-  for (int r = 0; r < 4; ++r) y[r] = hsum512(s[r]);
+  return hsum512(s);
 }
 
 // T tokens x 4 rows (T = 6: 24 accumulators, 10 loads per 24 multiply-adds;
-// T = 4: 16 and 8 per 16).
+// T = 4: 16 and 8 per 16), each sum as dot1_avx512 forms it.
 template <int T, typename Row>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const float* x, int64_t xs,
                                                                          const typename Row::T* w, int64_t k,
@@ -104,7 +93,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const 
     for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
 }
 
-// 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds.
+// 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds, each sum
+// as dot1_avx2 forms it.
 template <typename Row>
 __attribute__((target("avx2,fma,f16c"))) void gemm2x4_avx2(const float* x, int64_t xs, const typename Row::T* w,
                                                            int64_t k, float* y, int64_t ys) {
@@ -124,30 +114,28 @@ __attribute__((target("avx2,fma,f16c"))) void gemm2x4_avx2(const float* x, int64
   for (int t = 0; t < 2; ++t)
     for (int r = 0; r < 4; ++r) {
       float s = hsum256(acc[t][r]);
-      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], Row::at(wr[r], j), s);  // as dot4_avx2's tail
+      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], Row::at(wr[r], j), s);  // as dot1_avx2's tail
       y[t * ys + r] = s;
     }
 }
 
-// dot_rows over a row kind: rows 4 at a time by dot4 (converted in
-// registers), the rest decoded to f32 by `decode` and dotted by dot_f32: the
-// floats of decoding every row first and calling dot_rows_f32.
+// dot_rows over a row kind: one row after the other (one stream through
+// memory, which decode reads faster than several rows interleaved), each in
+// the blocks' order; at the scalar level decoded to f32 by `decode` and
+// dotted by dot_f32.
 template <typename Row>
-void dot_rows_decoding(const float* x, const typename Row::T* w, int64_t n, int64_t rows, float* y,
-                       void (*decode)(const typename Row::T*, float*, int64_t)) {
+void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t rows, float* y,
+                   void (*decode)(const typename Row::T*, float*, int64_t)) {
   const SimdLevel level = simd_level();
   const int64_t stride = Row::stride(n);
-  int64_t r = 0;
-  if (level != SimdLevel::Scalar) {
-    for (; r + 4 <= rows; r += 4) {
-      if (level == SimdLevel::Avx512) dot4_avx512<Row>(x, w + r * stride, n, y + r);
-      else dot4_avx2<Row>(x, w + r * stride, n, y + r);
-    }
-  }
-  if (r < rows) {
+  if (level == SimdLevel::Avx512) {
+    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * stride, n);
+  } else if (level == SimdLevel::Avx2) {
+    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row>(x, w + r * stride, n);
+  } else {
     thread_local std::vector<float> row;
     row.resize(static_cast<size_t>(n));
-    for (; r < rows; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       decode(w + r * stride, row.data(), n);
       y[r] = dot_f32(x, row.data(), n);
     }
@@ -156,8 +144,7 @@ void dot_rows_decoding(const float* x, const typename Row::T* w, int64_t n, int6
 
 // Blocks of 6 then 4 tokens (AVX-512) or 2 (AVX2) x 4 rows while they fit;
 // the rows past a multiple of 4 and the tokens past the blocks through
-// dot_rows (dot_rows_f32 or a dot_rows_decoding), which form their sums in
-// the same orders.
+// dot_rows (dot_rows_kind), which forms its sums in the same orders.
 template <typename Row>
 void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T* w, int64_t rows, int64_t k,
                float* y, int64_t ys, void (*dot_rows)(const float*, const typename Row::T*, int64_t, int64_t, float*)) {

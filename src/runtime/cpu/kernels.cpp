@@ -244,16 +244,12 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   }
 }
 
+namespace {
+void copy_f32_row(const float* w, float* out, int64_t n) { std::memcpy(out, w, static_cast<size_t>(n) * sizeof(float)); }
+}  // namespace
+
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y) {
-  SimdLevel level = simd_level();
-  int64_t r = 0;
-  if (level != SimdLevel::Scalar) {
-    for (; r + 4 <= rows; r += 4) {
-      if (level == SimdLevel::Avx512) blocks::dot4_avx512<F32Row>(x, w + r * n, n, y + r);
-      else blocks::dot4_avx2<F32Row>(x, w + r * n, n, y + r);
-    }
-  }
-  for (; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
+  blocks::dot_rows_kind<F32Row>(x, w, n, rows, y, copy_f32_row);
 }
 
 namespace {
@@ -261,7 +257,7 @@ void decode_f16_row(const uint16_t* w, float* out, int64_t n) { row_to_f32(DType
 }  // namespace
 
 void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y) {
-  blocks::dot_rows_decoding<F16Row>(x, w, n, rows, y, decode_f16_row);
+  blocks::dot_rows_kind<F16Row>(x, w, n, rows, y, decode_f16_row);
 }
 
 void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) {
@@ -270,7 +266,7 @@ void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) {
 }
 
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t n, int64_t rows, float* y) {
-  blocks::dot_rows_decoding<Q8_0Row>(x, w, n, rows, y, decode_q8_0_row);
+  blocks::dot_rows_kind<Q8_0Row>(x, w, n, rows, y, decode_q8_0_row);
 }
 
 int64_t gemm_tile_token_block() {

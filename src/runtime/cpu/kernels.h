@@ -29,8 +29,9 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // Converts n elements of a weight row (F32, F16 or BF16) to f32.
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 
-// y[r] = dot(x, w_r) for `rows` consecutive f32 rows w of length n: x is read
-// once per group of rows instead of once per row.
+// y[r] = dot(x, w_r) for `rows` consecutive f32 rows w of length n, one row
+// after the other (one stream through memory), each sum in the order of
+// gemm_tile_f32's blocks.
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
 
 // dot_rows_f32 on f16 rows, converted in registers: the same floats as
