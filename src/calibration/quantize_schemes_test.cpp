@@ -77,9 +77,28 @@ TEST_F(Schemes, ExportsRoundTripThroughTheRuntime) {
     EXPECT_EQ(eval(a).ppl, eval(b).ppl) << a << " vs " << b;
   }
   // modelopt stores the reciprocals of the NVFP4 global scales, which may
-  // move them by one f32 ulp: the two read back equal to within that.
-  EXPECT_NEAR(eval("nvfp4").kld_mean, eval("nvfp4-modelopt").kld_mean, 1e-3 * eval("nvfp4").kld_mean);
-  EXPECT_NEAR(eval("nvfp4").ppl, eval("nvfp4-modelopt").ppl, 1e-3 * eval("nvfp4").ppl);
+  // move them by one f32 ulp (a relative 6e-8). With NVFP4 activations that
+  // flips the e2m1 rounding of the rare activation lying within that distance
+  // of a rounding boundary, and a flip moves a value by a whole e2m1 step, so
+  // the two models cannot be held equal to a fixed tolerance: which flips
+  // happen depends on the last bits of every activation, hence on the SIMD
+  // level's summation order. What must hold is that the container adds next
+  // to nothing to the quantization error: the two models' logits diverge from
+  // each other by at most a tenth of what either diverges from f16.
+  {
+    static auto tok = load_tokenizer(fixture_model());
+    auto a = rt::load_model(run("nvfp4").string());
+    auto b = rt::load_model(run("nvfp4-modelopt").string());
+    eval::PplOptions o;
+    o.max_spans = 10;
+    const auto spans = eval::make_spans(*tok, read_text_file(source_dir() / "tests/data/text/evaluation.txt"), o, 0, "eval");
+    const eval::EvalResult between = eval::evaluate(*b, a.get(), spans, o, ThreadPool::global());
+    std::printf("nvfp4 vs nvfp4-modelopt KLD %.3g (each vs f16: %.3g, %.3g)\n", between.kld_mean,
+                eval("nvfp4").kld_mean, eval("nvfp4-modelopt").kld_mean);
+    EXPECT_TRUE(std::isfinite(between.kld_mean));
+    EXPECT_LE(between.kld_mean, 0.1 * std::min(eval("nvfp4").kld_mean, eval("nvfp4-modelopt").kld_mean));
+    EXPECT_GT(between.top1_agreement, 0.99);
+  }
   // KV-cache scales come back from both layouts (modelopt's raised to at
   // least 1, see fused_scales_test.cpp).
   auto ct = rt::load_model(run("fp8").string());
