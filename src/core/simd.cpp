@@ -23,7 +23,9 @@ SimdLevel best_simd_level() {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     // The AVX-512 level also runs AVX2 kernels (those with no AVX-512 version).
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return SimdLevel::Avx512;
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return SimdLevel::Avx512;
     return avx2 ? SimdLevel::Avx2 : SimdLevel::Scalar;
   }();
   return best;

@@ -75,9 +75,10 @@ std::optional<Tensor> bias_tensor(const std::vector<float>& bias);
 std::unique_ptr<Linear> make_dense_linear(const Tensor& weight, const Tensor* bias, const std::string& name);
 
 // A weight of `rows` x `cols` in a GGUF block type (Q4_0 ... Q6_K, Q8_0; see
-// quantizers/kquants.h) kept in place in `data` (owned by `owner`). Each
-// forward quantizes the activations to the type's dot-product format once
-// per token, as llama.cpp does, then runs the block dot products. F32/F16/BF16
+// quantizers/kquants.h) kept in place in `data` (owned by `owner`). Below 16
+// tokens each forward quantizes the activations to the type's dot-product
+// format once per token, as llama.cpp does, then runs the block dot products;
+// from 16 on it runs the f32-activation GEMM (docs/runtime.md). F32/F16/BF16
 // GGUF tensors go through make_dense_linear instead.
 std::unique_ptr<Linear> make_block_linear(uint32_t ggml_type, const void* data, int64_t rows, int64_t cols,
                                           std::shared_ptr<const void> owner, const Tensor* bias,

@@ -14,8 +14,9 @@
 namespace qf::rt {
 namespace {
 
-// From this many tokens on, a forward decodes weight tiles to f32 and runs the
-// f32 GEMM; below it (decode, short batches) it quantizes the activations and
+// From this many tokens on, a forward runs the GEMM with f32 activations (on
+// f32 tiles decoded from the blocks, or on Q8_0 rows decoded in registers);
+// below it (decode, short batches) it quantizes the activations and
 // runs the block dot products, which read each weight byte once per token.
 constexpr int64_t kDequantizeTokens = 16;
 

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/simd.h"
@@ -20,7 +21,8 @@
 
 namespace qf::rt::blocks {
 
-__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
+// No FMA inside: target "avx2" lets it inline into the AVX-512 functions too.
+__attribute__((target("avx2"))) inline float hsum256(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -119,24 +121,35 @@ __attribute__((target("avx2,fma,f16c"))) void gemm2x4_avx2(const float* x, int64
     }
 }
 
-// dot_rows over a row kind: one row after the other (one stream through
-// memory, which decode reads faster than several rows interleaved), each in
-// the blocks' order; at the scalar level decoded to f32 by `decode` and
-// dotted by dot_f32.
+// `rows` rows one after the other (one stream through memory, which decode
+// reads faster than several rows interleaved), each in the blocks' order.
+template <typename Row>
+__attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, const typename Row::T* w, int64_t n,
+                                                            int64_t rows, float* y) {
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row>(x, w + r * Row::stride(n), n);
+}
+template <typename Row>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void dot_rows_avx512(const float* x, const typename Row::T* w,
+                                                                         int64_t n, int64_t rows, float* y) {
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * Row::stride(n), n);
+}
+
+// dot_rows over a row kind at the current level; at the scalar level each
+// row decoded to f32 by `decode` (f32 rows used in place) and dotted by
+// dot_f32.
 template <typename Row>
 void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t rows, float* y,
                    void (*decode)(const typename Row::T*, float*, int64_t)) {
   const SimdLevel level = simd_level();
-  const int64_t stride = Row::stride(n);
-  if (level == SimdLevel::Avx512) {
-    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * stride, n);
-  } else if (level == SimdLevel::Avx2) {
-    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row>(x, w + r * stride, n);
+  if (level == SimdLevel::Avx512) return dot_rows_avx512<Row>(x, w, n, rows, y);
+  if (level == SimdLevel::Avx2) return dot_rows_avx2<Row>(x, w, n, rows, y);
+  if constexpr (std::is_same_v<typename Row::T, float>) {
+    for (int64_t r = 0; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
   } else {
     thread_local std::vector<float> row;
     row.resize(static_cast<size_t>(n));
     for (int64_t r = 0; r < rows; ++r) {
-      decode(w + r * stride, row.data(), n);
+      decode(w + r * Row::stride(n), row.data(), n);
       y[r] = dot_f32(x, row.data(), n);
     }
   }
@@ -144,13 +157,28 @@ void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t 
 
 // Blocks of 6 then 4 tokens (AVX-512) or 2 (AVX2) x 4 rows while they fit;
 // the rows past a multiple of 4 and the tokens past the blocks through
-// dot_rows (dot_rows_kind), which forms its sums in the same orders.
+// dot_rows (dot_rows_kind), which forms its sums in the same orders. At the
+// scalar level rows that are not f32 are decoded once (`decode`) into an f32
+// tile and every token is dotted against it: the floats of dot_rows, without
+// decoding each row once per token.
 template <typename Row>
 void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T* w, int64_t rows, int64_t k,
-               float* y, int64_t ys, void (*dot_rows)(const float*, const typename Row::T*, int64_t, int64_t, float*)) {
+               float* y, int64_t ys, void (*dot_rows)(const float*, const typename Row::T*, int64_t, int64_t, float*),
+               void (*decode)(const typename Row::T*, float*, int64_t)) {
   using W = typename Row::T;
   using Block = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t);
   const int64_t stride = Row::stride(k);
+  const SimdLevel level = simd_level();
+  if constexpr (!std::is_same_v<W, float>) {
+    if (level == SimdLevel::Scalar && tokens > 1) {
+      thread_local std::vector<float> tile;
+      tile.resize(static_cast<size_t>(rows * k));
+      for (int64_t r = 0; r < rows; ++r) decode(w + r * stride, tile.data() + r * k, k);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < rows; ++r) y[t * ys + r] = dot_f32(x + t * xs, tile.data() + r * k, k);
+      return;
+    }
+  }
   int64_t t = 0;
   auto run = [&](int64_t tb, Block kernel) {
     for (; t + tb <= tokens; t += tb) {
@@ -160,7 +188,6 @@ void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T
         for (int64_t u = t; u < t + tb; ++u) dot_rows(x + u * xs, w + r * stride, k, rows - r, y + u * ys + r);
     }
   };
-  const SimdLevel level = simd_level();
   if (level == SimdLevel::Avx512) {
     run(6, gemm_tx4_avx512<6, Row>);
     run(4, gemm_tx4_avx512<4, Row>);

@@ -244,12 +244,8 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   }
 }
 
-namespace {
-void copy_f32_row(const float* w, float* out, int64_t n) { std::memcpy(out, w, static_cast<size_t>(n) * sizeof(float)); }
-}  // namespace
-
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y) {
-  blocks::dot_rows_kind<F32Row>(x, w, n, rows, y, copy_f32_row);
+  blocks::dot_rows_kind<F32Row>(x, w, n, rows, y, nullptr);  // f32: used in place
 }
 
 namespace {
@@ -260,18 +256,24 @@ void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, fl
   blocks::dot_rows_kind<F16Row>(x, w, n, rows, y, decode_f16_row);
 }
 
+namespace {
+// The Q8_0 kernels read whole 32-element blocks (their masked tail ignores the
+// mask): a row of another length is a caller's bug.
+void check_q8_0_length(int64_t k) {
+  if (k % kquants::kLegacyBlock != 0)
+    throw Error(ErrorKind::Internal, "Q8_0 row length " + std::to_string(k) + " is not a multiple of 32");
+}
+}  // namespace
+
 void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) {
+  check_q8_0_length(n);
   const auto* blk = reinterpret_cast<const kquants::BlockQ8_0*>(w);
   for (int64_t b = 0; b < n / kquants::kLegacyBlock; ++b) kquants::dequantize_block(blk[b], out + b * kquants::kLegacyBlock);
 }
 
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t n, int64_t rows, float* y) {
+  check_q8_0_length(n);
   blocks::dot_rows_kind<Q8_0Row>(x, w, n, rows, y, decode_q8_0_row);
-}
-
-int64_t gemm_tile_token_block() {
-  const SimdLevel level = simd_level();
-  return level == SimdLevel::Avx512 ? 4 : level == SimdLevel::Avx2 ? 2 : 1;
 }
 
 namespace ref {
@@ -284,17 +286,18 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, i
 
 void gemm_tile_f32(const float* x, int64_t tokens, int64_t xs, const float* w, int64_t rows, int64_t k, float* y,
                    int64_t ys) {
-  blocks::gemm_tile<F32Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f32);
+  blocks::gemm_tile<F32Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f32, nullptr);
 }
 
 void gemm_tile_f16(const float* x, int64_t tokens, int64_t xs, const uint16_t* w, int64_t rows, int64_t k, float* y,
                    int64_t ys) {
-  blocks::gemm_tile<F16Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f16);
+  blocks::gemm_tile<F16Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_f16, decode_f16_row);
 }
 
 void gemm_tile_q8_0(const float* x, int64_t tokens, int64_t xs, const uint8_t* w, int64_t rows, int64_t k, float* y,
                     int64_t ys) {
-  blocks::gemm_tile<Q8_0Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_q8_0);
+  check_q8_0_length(k);
+  blocks::gemm_tile<Q8_0Row>(x, tokens, xs, w, rows, k, y, ys, dot_rows_q8_0, decode_q8_0_row);
 }
 
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {

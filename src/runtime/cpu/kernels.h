@@ -34,14 +34,9 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 // gemm_tile_f32's blocks.
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
 
-// dot_rows_f32 on f16 rows, converted in registers: the same floats as
-// row_to_f32 followed by dot_rows_f32, without writing the f32 rows out.
+// dot_rows_f32 on f16 rows, converted in registers (at the scalar level,
+// converted first): the same floats as row_to_f32 followed by dot_rows_f32.
 void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y);
-
-// The number of tokens gemm_tile_f32's register blocks take at the current
-// level (1 at scalar); fewer tokens than this go through dot_rows_f32 one
-// token at a time, so dot_rows_f16 gives gemm_tile_f32's floats for them.
-int64_t gemm_tile_token_block();
 
 // y[t * y_stride + r] = dot(x + t * x_stride, w + r * k, k) for t < tokens and
 // r < rows: a block of tokens against a tile of f32 rows, register-blocked
@@ -55,10 +50,10 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float
 void gemm_tile_f16(const float* x, int64_t tokens, int64_t x_stride, const uint16_t* w, int64_t rows, int64_t k,
                    float* y, int64_t y_stride);
 
-// Q8_0 rows (k a multiple of 32; rows of k / 32 blocks of 34 bytes, an f16
-// scale and 32 int8 codes): decode_q8_0_row gives the f32 row; dot_rows_q8_0
-// and gemm_tile_q8_0 the floats of dot_rows_f32 and gemm_tile_f32 on decoded
-// rows, converting in registers.
+// Q8_0 rows (k a multiple of 32, else an Internal error; rows of k / 32
+// blocks of 34 bytes, an f16 scale and 32 int8 codes): decode_q8_0_row gives
+// the f32 row; dot_rows_q8_0 and gemm_tile_q8_0 the floats of dot_rows_f32
+// and gemm_tile_f32 on decoded rows, converting in registers.
 void decode_q8_0_row(const uint8_t* w, float* out, int64_t k);
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t k, int64_t rows, float* y);
 void gemm_tile_q8_0(const float* x, int64_t tokens, int64_t x_stride, const uint8_t* w, int64_t rows, int64_t k,

@@ -11,8 +11,9 @@
 // distance between rows of k elements, in T); load8(row, i) and
 // load16(row, i) (elements i .. i+7 or i+15, i a multiple of 8 or 16);
 // load16(mask, row, i) (the masked tail of a row
-// whose length is not a multiple of 16: f32 and f16 only, the block kinds
-// always hold whole blocks); at(row, i) (one element, for scalar tails).
+// whose length is not a multiple of 16; the block kinds hold whole blocks, so
+// theirs is never reached and ignores the mask: their callers check the row
+// length); at(row, i) (one element, for scalar tails).
 //
 // Only kinds whose decoding costs a few operations per 16 elements belong
 // here: the blocks decode a row once per block of tokens, so the k-quants
