@@ -26,7 +26,7 @@ enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 // qf::Error (Usage) for a value that names no level.
 SimdLevel simd_level();
 
-// The best level this CPU supports: Avx512 needs AVX-512 F and BW on top of
+// The best level this CPU supports: Avx512 needs AVX-512 F, BW and VL on top of
 // everything Avx2 needs (AVX2, FMA, F16C).
 SimdLevel best_simd_level();
 
