@@ -52,16 +52,19 @@ class Linear {
   int64_t in_, out_;
 };
 
-// For implementations that decode their weights to f32: y = x W^T (+ bias),
-// kRowTile rows at a time across the pool. tile(r0, rows, buf) returns the f32
-// rows [r0, r0 + rows), decoded into buf (room for kRowTile * in floats) or
-// pointing at weights already stored as f32.
+// y[n, out] = x W^T (+ bias), kRowTile rows of W at a time across the pool:
+// gemm(r0, rows) writes y[t * out + r0 + r] for every token t and r < rows
+// (a gemm_tile_* call on the tile's rows); the bias is added after it.
 constexpr int64_t kRowTile = 64;
+using RowGemmFn = std::function<void(int64_t r0, int64_t rows)>;
+void forward_row_gemm(int64_t n, float* y, int64_t out, const std::vector<float>& bias, ThreadPool& pool,
+                      const RowGemmFn& gemm);
+
+// For implementations that decode their weights to f32: forward_row_gemm
+// with gemm_tile_f32. tile(r0, rows, buf) returns the f32 rows
+// [r0, r0 + rows), decoded into buf (room for kRowTile * in floats) or
+// pointing at weights already stored as f32.
 using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
-// The tiles of kRowTile rows of an `out`-row weight, spread over the pool:
-// fn(r0, rows) for each. Then y[t * out + r] += bias[r] for the tile's rows.
-void for_each_row_tile(int64_t out, ThreadPool& pool, const std::function<void(int64_t r0, int64_t rows)>& fn);
-void add_tile_bias(float* y, int64_t n, int64_t out, int64_t r0, int64_t rows, const std::vector<float>& bias);
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile);
 

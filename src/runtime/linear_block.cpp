@@ -26,18 +26,16 @@ class BlockLinear final : public Linear {
               std::vector<float> bias)
       : Linear(cols, rows), type_(type), act_type_(kquants::vec_dot_type(type)),
         data_(static_cast<const uint8_t*>(data)), owner_(std::move(owner)), bias_(std::move(bias)),
-        row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)),
-        gemm_(type == ggml_type::Q8_0 ? gemm_tile_q8_0 : nullptr) {}
+        row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
-    if (n >= kDequantizeTokens && gemm_) {
+    if (n >= kDequantizeTokens && type_ == ggml_type::Q8_0) {
       // Q8_0 rows go to the GEMM as they are, decoded in registers (the
       // floats of the decoded tiles below, with about a quarter of the bytes
       // read and no tile written). The k-quants decode too slowly to repeat
       // for every block of tokens.
-      for_each_row_tile(out_, pool, [&](int64_t r0, int64_t rows) {
-        gemm_(x, n, in_, data_ + static_cast<size_t>(r0) * row_bytes_, rows, in_, y + r0, out_);
-        add_tile_bias(y, n, out_, r0, rows, bias_);
+      forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
+        gemm_tile_q8_0(x, n, in_, data_ + static_cast<size_t>(r0) * row_bytes_, rows, in_, y + r0, out_);
       });
       return;
     }
@@ -94,8 +92,6 @@ class BlockLinear final : public Linear {
   std::shared_ptr<const void> owner_;
   std::vector<float> bias_;
   size_t row_bytes_, act_bytes_;
-  // The in-register GEMM for this type, or nullptr: decoded f32 tiles.
-  void (*gemm_)(const float*, int64_t, int64_t, const uint8_t*, int64_t, int64_t, float*, int64_t);
 };
 
 }  // namespace

@@ -22,9 +22,8 @@ class DenseLinear final : public Linear {
       // per-token dots of decode): the floats of converting them first,
       // with half the bytes read.
       const auto* w16 = reinterpret_cast<const uint16_t*>(base);
-      for_each_row_tile(out_, pool, [&](int64_t r0, int64_t rows) {
+      forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
         gemm_tile_f16(x, n, in_, w16 + r0 * in_, rows, in_, y + r0, out_);
-        add_tile_bias(y, n, out_, r0, rows, bias_);
       });
       return;
     }

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "quantizers/kquant_blocks.h"
+#include "quantizers/kquants.h"
 #include "runtime/cpu/gemm_blocks.h"
 #include "runtime/cpu/row_kinds.h"
 
@@ -265,11 +266,7 @@ void check_q8_0_length(int64_t k) {
 }
 }  // namespace
 
-void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) {
-  check_q8_0_length(n);
-  const auto* blk = reinterpret_cast<const kquants::BlockQ8_0*>(w);
-  for (int64_t b = 0; b < n / kquants::kLegacyBlock; ++b) kquants::dequantize_block(blk[b], out + b * kquants::kLegacyBlock);
-}
+void decode_q8_0_row(const uint8_t* w, float* out, int64_t n) { kquants::dequantize_row(ggml_type::Q8_0, w, out, n); }
 
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t n, int64_t rows, float* y) {
   check_q8_0_length(n);

@@ -50,10 +50,11 @@ void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float
 void gemm_tile_f16(const float* x, int64_t tokens, int64_t x_stride, const uint16_t* w, int64_t rows, int64_t k,
                    float* y, int64_t y_stride);
 
-// Q8_0 rows (k a multiple of 32, else an Internal error; rows of k / 32
-// blocks of 34 bytes, an f16 scale and 32 int8 codes): decode_q8_0_row gives
-// the f32 row; dot_rows_q8_0 and gemm_tile_q8_0 the floats of dot_rows_f32
-// and gemm_tile_f32 on decoded rows, converting in registers.
+// Q8_0 rows (k a multiple of 32; rows of k / 32 blocks of 34 bytes, an f16
+// scale and 32 int8 codes): decode_q8_0_row is kquants::dequantize_row for
+// Q8_0; dot_rows_q8_0 and gemm_tile_q8_0 give the floats of dot_rows_f32 and
+// gemm_tile_f32 on decoded rows, converting in registers (another k is an
+// Internal error).
 void decode_q8_0_row(const uint8_t* w, float* out, int64_t k);
 void dot_rows_q8_0(const float* x, const uint8_t* w, int64_t k, int64_t rows, float* y);
 void gemm_tile_q8_0(const float* x, int64_t tokens, int64_t x_stride, const uint8_t* w, int64_t rows, int64_t k,
