@@ -15,6 +15,7 @@
 #include "quantizers/kquants.h"
 #include "runtime/cpu/kernels.h"
 #include "simd_level_fixture.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,19 @@ TEST_P(SimdLevels, BlockRowsInRegistersMatchDecodedRows) {
           ASSERT_TRUE(same(one[r], one_want[r])) << kind.name << " k=" << k << " rows=" << rows << " row " << r;
       }
     }
+}
+
+// The Q8_0 kernels read whole blocks; a row length that is not a multiple
+// of 32 is refused before any byte is read, at every level.
+TEST_P(SimdLevels, Q8_0KernelsRefuseAPartialBlock) {
+  std::vector<uint8_t> w(2 * 34);
+  std::vector<float> x(48 * 2, 1.f), y(4, -7.f);
+  EXPECT_QF_ERROR(gemm_tile_q8_0(x.data(), 2, 48, w.data(), 1, 48, y.data(), 1), ErrorKind::Internal,
+                  "Q8_0 row length 48 is not a multiple of 32");
+  EXPECT_QF_ERROR(dot_rows_q8_0(x.data(), w.data(), 48, 1, y.data()), ErrorKind::Internal,
+                  "Q8_0 row length 48 is not a multiple of 32");
+  EXPECT_QF_ERROR(decode_q8_0_row(w.data(), x.data(), 48), ErrorKind::InvalidInput, "row length 48");
+  EXPECT_EQ(y[0], -7.f);  // nothing written
 }
 
 TEST_P(SimdVsScalar, RowConversionIsExact) {
