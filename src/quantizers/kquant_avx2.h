@@ -49,6 +49,9 @@ QF_AVX2_INLINE __m256i expand_bit5(const uint8_t* qh4) {
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bitsel), bitsel);
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
+// An fp16 field as a float with F16C's conversion (exact, like h2f, and
+// without its bit manipulation on the per-block path).
+QF_AVX2_INLINE float h2f_f16c(uint16_t h) { return _cvtsh_ss(h); }
 QF_AVX2_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // fp16 fields of 8 consecutive blocks (byte stride `stride`) as 8 floats.

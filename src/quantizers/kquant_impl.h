@@ -156,5 +156,10 @@ QF_KQUANT_DOTS(f32)
 QF_KQUANT_DOTS(f16)
 QF_KQUANT_DOTS(bf16)
 #undef QF_KQUANT_DOTS
+// AVX-512 kernels (F/BW/VL), the same float as the reference, for the types
+// that have one; the others use their AVX2 kernel at that level.
+float dot_q4_k_avx512(int64_t n, const void* w, const void* a);
+float dot_q5_k_avx512(int64_t n, const void* w, const void* a);
+float dot_q6_k_avx512(int64_t n, const void* w, const void* a);
 
 }  // namespace qf::kquants::detail

@@ -118,7 +118,7 @@ QF_AVX2 float dot_q2_k_avx2(int64_t n, const void* vw, const void* va) {
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair8(scales8, j)));
       }
     }
-    sum += kterm(h2f(w[b].d), h2f(w[b].dmin), a[b].d, hsum_i32(acc), summ);
+    sum += kterm(h2f_f16c(w[b].d), h2f_f16c(w[b].dmin), a[b].d, hsum_i32(acc), summ);
   }
   return sum;
 }

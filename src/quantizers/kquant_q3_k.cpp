@@ -139,7 +139,7 @@ QF_AVX2 float dot_q3_k_avx2(int64_t n, const void* vw, const void* va) {
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair8(scales8, j)));
       }
     }
-    sum += kterm(h2f(w[b].d), 0.f, a[b].d, hsum_i32(_mm256_sub_epi32(acc, corr)), 0);
+    sum += kterm(h2f_f16c(w[b].d), 0.f, a[b].d, hsum_i32(_mm256_sub_epi32(acc, corr)), 0);
   }
   return sum;
 }

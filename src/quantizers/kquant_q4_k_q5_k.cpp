@@ -3,6 +3,10 @@
 
 #include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* operands).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <cstring>
 
 #include "quantizers/kquant_avx2.h"
+#include "quantizers/kquant_avx512.h"
 
 namespace qf::kquants::detail {
 
@@ -190,7 +195,45 @@ QF_AVX2_INLINE float dot_k4_avx2(int64_t n, const void* vw, const void* va) {
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
     }
-    sum += kterm(h2f(w[b].d), h2f(w[b].dmin), a[b].d, hsum_i32(acc), summ);
+    sum += kterm(h2f_f16c(w[b].d), h2f_f16c(w[b].dmin), a[b].d, hsum_i32(acc), summ);
+  }
+  return sum;
+}
+
+// The AVX-512 kernel: sub-blocks 2c and 2c+1 (the low and high nibbles of
+// the same 32 bytes) side by side in one register, against the 64
+// activations they meet, which are contiguous.
+template <typename Block, bool kFive>
+QF_AVX512_INLINE float dot_k4_avx512(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const Block*>(vw);
+  const auto* a = static_cast<const BlockQ8_K*>(va);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+  float sum = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    uint32_t s3[3];
+    std::memcpy(s3, w[b].scales, 12);
+    // Bytes 0..7: the 8 scales; bytes 8..15: the 8 mins.
+    const __m128i scmn = _mm_set_epi32(static_cast<int>(((s3[2] >> 4) & 0x0f0f0f0fu) | ((s3[1] >> 2) & 0x30303030u)),
+                                       static_cast<int>(s3[1] & 0x3f3f3f3fu),
+                                       static_cast<int>((s3[2] & 0x0f0f0f0fu) | ((s3[0] >> 2) & 0x30303030u)),
+                                       static_cast<int>(s3[0] & 0x3f3f3f3fu));
+    // summ = sum_j m_j * (bsums[2j] + bsums[2j+1]): each min widened twice.
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmn, scmn));
+    const int summ = hsum_i32(_mm256_madd_epi16(load32(a[b].bsums), mins16));
+    const __m512i scb = _mm512_broadcast_i32x4(scmn);
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFive) qh = load32(w[b].qh);
+    __m512i acc = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      __m512i q = _mm512_and_si512(with_shifted_half(load32(w[b].qs + 32 * c), 4), m4);
+      if constexpr (kFive) {
+        const __m512i hb = _mm512_and_si512(with_shifted_half(_mm256_srli_epi16(qh, 2 * c), 1), one);
+        q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 4));
+      }
+      const __m512i p = _mm512_maddubs_epi16(q, load64(a[b].qs + 64 * c));
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, lane_scales<false>(scb, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1)));
+    }
+    sum += kterm(h2f_f16c(w[b].d), h2f_f16c(w[b].dmin), a[b].d, hsum_i32(fold16to8(acc)), summ);
   }
   return sum;
 }
@@ -201,5 +244,7 @@ float dot_q4_k_ref(int64_t n, const void* w, const void* a) { return dot_k4_ref<
 float dot_q5_k_ref(int64_t n, const void* w, const void* a) { return dot_k4_ref<BlockQ5_K, true>(n, w, a); }
 QF_AVX2 float dot_q4_k_avx2(int64_t n, const void* w, const void* a) { return dot_k4_avx2<BlockQ4_K, false>(n, w, a); }
 QF_AVX2 float dot_q5_k_avx2(int64_t n, const void* w, const void* a) { return dot_k4_avx2<BlockQ5_K, true>(n, w, a); }
+QF_AVX512 float dot_q4_k_avx512(int64_t n, const void* w, const void* a) { return dot_k4_avx512<BlockQ4_K, false>(n, w, a); }
+QF_AVX512 float dot_q5_k_avx512(int64_t n, const void* w, const void* a) { return dot_k4_avx512<BlockQ5_K, true>(n, w, a); }
 
 }  // namespace qf::kquants::detail

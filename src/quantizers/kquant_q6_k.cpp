@@ -3,6 +3,10 @@
 
 #include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
 
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* operands).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <cstring>
 
 #include "quantizers/kquant_avx2.h"
+#include "quantizers/kquant_avx512.h"
 
 namespace qf::kquants::detail {
 
@@ -104,7 +109,38 @@ QF_AVX2 float dot_q6_k_avx2(int64_t n, const void* vw, const void* va) {
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair8(scales8, j)));
       }
     }
-    sum += kterm(h2f(w[b].d), 0.f, a[b].d, hsum_i32(_mm256_sub_epi32(acc, corr)), 0);
+    sum += kterm(h2f_f16c(w[b].d), 0.f, a[b].d, hsum_i32(_mm256_sub_epi32(acc, corr)), 0);
+  }
+  return sum;
+}
+
+// The AVX-512 kernel: quarters t and t+1 of each half side by side (the
+// low 64 bytes of ql with the qh bits 0-1 and 2-3, then their high nibbles
+// with bits 4-5 and 6-7), against 64 contiguous activations each.
+QF_AVX512 float dot_q6_k_avx512(int64_t n, const void* vw, const void* va) {
+  const auto* w = static_cast<const BlockQ6_K*>(vw);
+  const auto* a = static_cast<const BlockQ8_K*>(va);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  float sum = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales));
+    const __m512i scb = _mm512_broadcast_i32x4(sc);
+    // 32 * sum_j scale_j * bsums_j, taken off the lanes before the horizontal sum.
+    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load32(a[b].bsums)), 5);
+    __m512i acc = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = load64(w[b].ql + 64 * h);
+      const __m512i qh = with_shifted_half(load32(w[b].qh + 32 * h), 2);
+      const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m3), 4));
+      const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m3), 4));
+      const __m512i p01 = _mm512_maddubs_epi16(q01, load64(a[b].qs + 128 * h));
+      const __m512i p23 = _mm512_maddubs_epi16(q23, load64(a[b].qs + 128 * h + 64));
+      const int j = 8 * h;
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p01, lane_scales<true>(scb, j, j + 1, j + 2, j + 3)));
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p23, lane_scales<true>(scb, j + 4, j + 5, j + 6, j + 7)));
+    }
+    sum += kterm(h2f_f16c(w[b].d), 0.f, a[b].d, hsum_i32(_mm256_sub_epi32(fold16to8(acc), corr)), 0);
   }
   return sum;
 }

@@ -13,10 +13,10 @@
 // Dot products for the runtime follow ggml: the activation row is quantized to
 // the weight type's vec_dot_type (Q8_0, Q8_1 or Q8_K; F16/BF16/F32 for the
 // float rows), then vec_dot multiplies one weight row by it. vec_dot runs an
-// AVX2 kernel or the scalar code as the library's one SIMD switch says
-// (qf::simd_level(), core/simd.h: QF_SIMD or set_simd_level(); there are no
-// AVX-512 kernels here, so the avx512 level uses the AVX2 ones); SIMD and
-// scalar results are bit-identical.
+// AVX-512 or AVX2 kernel or the scalar code as the library's one SIMD switch
+// says (qf::simd_level(), core/simd.h: QF_SIMD or set_simd_level(); Q4_K,
+// Q5_K and Q6_K have AVX-512 kernels, the other types use their AVX2 kernel
+// at the avx512 level); SIMD and scalar results are bit-identical.
 #pragma once
 
 #include <cstddef>
@@ -62,8 +62,13 @@ void quantize_activation(uint32_t vec_dot_type, const float* x, void* dst, int64
 float vec_dot(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
 float vec_dot_ref(uint32_t type, int64_t n, const void* weight_row, const void* activation_q);
 
-// The kernels vec_dot uses now: SimdLevel::Avx2 at the avx2 and avx512
-// levels, SimdLevel::Scalar at scalar (qf::simd_level() capped at Avx2).
+// The function vec_dot(type, n, ...) calls at the current SIMD level, checked
+// once (type and row length, as vec_dot does) for a caller that dots many
+// rows of one matrix.
+using DotKernel = float (*)(int64_t n, const void* weight_row, const void* activation_q);
+DotKernel dot_kernel(uint32_t type, int64_t n);
+
+// The kernels vec_dot uses now: the SIMD level itself (qf::simd_level()).
 SimdLevel simd_level();
 
 // The block layouts (BlockQ4_0 ... BlockQ8_K) and the decoding of one block

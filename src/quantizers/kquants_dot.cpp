@@ -18,10 +18,12 @@ using namespace detail;
 using DotFn = float (*)(int64_t, const void*, const void*);
 constexpr uint32_t kMaxType = 32;
 
-// The scalar references and the AVX2 kernels, per type.
+// The scalar references, the AVX2 kernels and the kernels of the avx512
+// level (AVX-512 where a type has one, else AVX2), per type.
 struct Table {
   DotFn ref[kMaxType] = {};
   DotFn avx2[kMaxType] = {};
+  DotFn avx512[kMaxType] = {};
   uint32_t block[kMaxType] = {};
 };
 
@@ -31,6 +33,7 @@ Table make_table() {
   auto set = [&](uint32_t type, DotFn r, DotFn f) {
     tb.ref[type] = r;
     tb.avx2[type] = f;
+    tb.avx512[type] = f;
     tb.block[type] = ggml_type_info(type)->block_size;
   };
   set(t::F32, dot_f32_ref, dot_f32_avx2);
@@ -46,6 +49,9 @@ Table make_table() {
   set(t::Q4_K, dot_q4_k_ref, dot_q4_k_avx2);
   set(t::Q5_K, dot_q5_k_ref, dot_q5_k_avx2);
   set(t::Q6_K, dot_q6_k_ref, dot_q6_k_avx2);
+  tb.avx512[t::Q4_K] = dot_q4_k_avx512;
+  tb.avx512[t::Q5_K] = dot_q5_k_avx512;
+  tb.avx512[t::Q6_K] = dot_q6_k_avx512;
   return tb;
 }
 
@@ -67,18 +73,30 @@ DotFn lookup(const DotFn* fns, uint32_t type, int64_t n) {
   return fns[type];
 }
 
+const DotFn* kernels_at(SimdLevel level) {
+  const Table& tb = table();
+  switch (level) {
+    case SimdLevel::Avx512: return tb.avx512;
+    case SimdLevel::Avx2: return tb.avx2;
+    case SimdLevel::Scalar: break;
+  }
+  return tb.ref;
+}
+
 }  // namespace
 
 float vec_dot(uint32_t type, int64_t n, const void* w, const void* a) {
-  const Table& tb = table();
-  return lookup(simd_level() == SimdLevel::Avx2 ? tb.avx2 : tb.ref, type, n)(n, w, a);
+  return lookup(kernels_at(simd_level()), type, n)(n, w, a);
 }
+
+DotKernel dot_kernel(uint32_t type, int64_t n) { return lookup(kernels_at(simd_level()), type, n); }
 
 float vec_dot_ref(uint32_t type, int64_t n, const void* w, const void* a) {
   return lookup(table().ref, type, n)(n, w, a);
 }
 
-// The AVX2 kernels need AVX2 and F16C, which every level above scalar has.
-SimdLevel simd_level() { return std::min(qf::simd_level(), SimdLevel::Avx2); }
+// The AVX2 kernels need AVX2 and F16C, which every level above scalar has;
+// the AVX-512 ones need F, BW and VL, which the avx512 level has.
+SimdLevel simd_level() { return qf::simd_level(); }
 
 }  // namespace qf::kquants

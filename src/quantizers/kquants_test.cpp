@@ -453,14 +453,28 @@ TEST(KQuant, VecDotTypes) {
 }
 
 // vec_dot obeys the library's one SIMD switch, and set_simd_level takes effect
-// at once: the AVX2 kernels at avx2 and avx512 (there are no AVX-512 ones),
-// the scalar code at scalar.
+// at once: each level's kernels at that level, the scalar code at scalar.
 TEST(KQuant, DotLevelFollowsTheSimdSwitch) {
   for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
     if (l > best_simd_level()) continue;
     test::ScopedSimdLevel at(l);
     EXPECT_EQ(qf::simd_level(), l);
-    EXPECT_EQ(kquants::simd_level(), std::min(l, SimdLevel::Avx2)) << simd_level_name(l);
+    EXPECT_EQ(kquants::simd_level(), l) << simd_level_name(l);
+  }
+  // Each level has its own kernels: Q4_K, Q5_K and Q6_K one per level, the
+  // other types their AVX2 kernel at avx512 too.
+  auto kernel_at = [](SimdLevel l, uint32_t t) {
+    test::ScopedSimdLevel at(l);
+    return dot_kernel(t, 256);
+  };
+  const SimdLevel best = best_simd_level();
+  for (uint32_t t : {gt::Q4_K, gt::Q5_K, gt::Q6_K, gt::Q8_0, gt::F16}) {
+    if (best >= SimdLevel::Avx2) {
+      EXPECT_NE(kernel_at(SimdLevel::Scalar, t), kernel_at(SimdLevel::Avx2, t)) << tname(t);
+    }
+    if (best < SimdLevel::Avx512) continue;
+    const bool own = t == gt::Q4_K || t == gt::Q5_K || t == gt::Q6_K;
+    EXPECT_EQ(kernel_at(SimdLevel::Avx512, t) != kernel_at(SimdLevel::Avx2, t), own) << tname(t);
   }
 }
 

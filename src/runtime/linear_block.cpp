@@ -58,6 +58,7 @@ class BlockLinear final : public Linear {
       for (int64_t t = c.begin; t < c.end; ++t)
         kquants::quantize_activation(act_type_, x + t * in_, a + static_cast<size_t>(t) * act_bytes_, in_);
     });
+    const kquants::DotKernel dot = kquants::dot_kernel(type_, in_);
     constexpr int64_t kTile = 16;
     const int64_t tiles = (out_ + kTile - 1) / kTile;
     pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
@@ -71,7 +72,7 @@ class BlockLinear final : public Linear {
               const uint8_t* ahead = data_ + static_cast<size_t>(r + 2) * row_bytes_;
               for (size_t off = 0; off < row_bytes_; off += 64) __builtin_prefetch(ahead + off);
             }
-            const float v = kquants::vec_dot(type_, in_, data_ + static_cast<size_t>(r) * row_bytes_, at);
+            const float v = dot(in_, data_ + static_cast<size_t>(r) * row_bytes_, at);
             yt[r] = bias_.empty() ? v : v + bias_[static_cast<size_t>(r)];
           }
         }
