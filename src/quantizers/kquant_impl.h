@@ -25,7 +25,8 @@
 //
 // Dot products:
 // Every type has a scalar definition (the *_ref functions) and an AVX2 kernel
-// that returns the same float, bit for bit. That works because all the
+// (Q4_K, Q5_K and Q6_K also an AVX-512 one, kquant_avx512.h) that returns the
+// same float, bit for bit. That works because all the
 // products of quantized codes are summed exactly in integers, and the float
 // steps that follow are done in one fixed order by both versions:
 //  - legacy 32-element blocks: block b's term t_b = (dw*da) * isum_b [+ m*s]

@@ -1,6 +1,6 @@
 // The register blocks of the dot and GEMM kernels, over any row kind of
 // row_kinds.h: 1 row against 1 token (dot1_*), T tokens x 4 rows
-// (gemm_tx4_avx512, gemm2x4_avx2), and the loops that tile a block of tokens
+// (gemm_tx4_avx512), T tokens x R rows (gemm_txr_avx2), and the loops that tile a block of tokens
 // and rows with them (gemm_tile, dot_rows_kind). Every block forms each sum
 // in one order at its level (one accumulator per row and token, element i in
 // lane i % 16 (AVX-512) or i % 8 (AVX2), then a fixed horizontal sum), so
@@ -95,26 +95,28 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const 
     for (int r = 0; r < 4; ++r) y[t * ys + r] = hsum512(acc[t][r]);
 }
 
-// 2 tokens x 4 rows: 8 accumulators, 6 loads per 8 multiply-adds, each sum
-// as dot1_avx2 forms it.
-template <typename Row>
-__attribute__((target("avx2,fma,f16c"))) void gemm2x4_avx2(const float* x, int64_t xs, const typename Row::T* w,
-                                                           int64_t k, float* y, int64_t ys) {
-  const typename Row::T* wr[4] = {w, w + Row::stride(k), w + 2 * Row::stride(k), w + 3 * Row::stride(k)};
-  __m256 acc[2][4];
-  for (auto& r : acc)
-    for (auto& a : r) a = _mm256_setzero_ps();
+// T tokens x R rows at AVX2 (4 x 3: 12 accumulators, 3 row registers and one
+// token register, all 16 ymm registers, 7 loads per 12 multiply-adds; 2 x 4
+// for the tokens past a multiple of 4), each sum as dot1_avx2 forms it.
+template <int T, int R, typename Row>
+__attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int64_t xs, const typename Row::T* w,
+                                                            int64_t k, float* y, int64_t ys) {
+  const typename Row::T* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w + r * Row::stride(k);
+  __m256 acc[T][R];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    __m256 wv[4];
-    for (int r = 0; r < 4; ++r) wv[r] = Row::load8(wr[r], i);
-    for (int t = 0; t < 2; ++t) {
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = Row::load8(wr[r], i);
+    for (int t = 0; t < T; ++t) {
       const __m256 xv = _mm256_loadu_ps(x + t * xs + i);
-      for (int r = 0; r < 4; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
     }
   }
-  for (int t = 0; t < 2; ++t)
-    for (int r = 0; r < 4; ++r) {
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) {
       float s = hsum256(acc[t][r]);
       for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], Row::at(wr[r], j), s);  // as dot1_avx2's tail
       y[t * ys + r] = s;
@@ -155,8 +157,9 @@ void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t 
   }
 }
 
-// Blocks of 6 then 4 tokens (AVX-512) or 2 (AVX2) x 4 rows while they fit;
-// the rows past a multiple of 4 and the tokens past the blocks through
+// Blocks of 6 then 4 tokens x 4 rows (AVX-512), or 4 tokens x 3 rows then 2
+// tokens x 4 rows (AVX2), while they fit; the rows past the blocks' multiple
+// and the tokens past the blocks through
 // dot_rows (dot_rows_kind), which forms its sums in the same orders. At the
 // scalar level rows that are not f32 are decoded once (`decode`) into an f32
 // tile and every token is dotted against it: the floats of dot_rows, without
@@ -180,19 +183,20 @@ void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T
     }
   }
   int64_t t = 0;
-  auto run = [&](int64_t tb, Block kernel) {
+  auto run = [&](int64_t tb, int64_t rb, Block kernel) {
     for (; t + tb <= tokens; t += tb) {
       int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) kernel(x + t * xs, xs, w + r * stride, k, y + t * ys + r, ys);
+      for (; r + rb <= rows; r += rb) kernel(x + t * xs, xs, w + r * stride, k, y + t * ys + r, ys);
       if (r < rows)
         for (int64_t u = t; u < t + tb; ++u) dot_rows(x + u * xs, w + r * stride, k, rows - r, y + u * ys + r);
     }
   };
   if (level == SimdLevel::Avx512) {
-    run(6, gemm_tx4_avx512<6, Row>);
-    run(4, gemm_tx4_avx512<4, Row>);
+    run(6, 4, gemm_tx4_avx512<6, Row>);
+    run(4, 4, gemm_tx4_avx512<4, Row>);
   } else if (level == SimdLevel::Avx2) {
-    run(2, gemm2x4_avx2<Row>);
+    run(4, 3, gemm_txr_avx2<4, 3, Row>);
+    run(2, 4, gemm_txr_avx2<2, 4, Row>);
   }
   for (; t < tokens; ++t) dot_rows(x + t * xs, w, k, rows, y + t * ys);
 }

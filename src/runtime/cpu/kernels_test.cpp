@@ -94,14 +94,17 @@ TEST_P(SimdVsScalar, GemmTileMatchesReference) {
       }
 }
 
-// Every register block (6 or 4 tokens at AVX-512, 2 at AVX2) and the
+// Every register block (6 or 4 tokens x 4 rows at AVX-512, 4 x 3 or 2 x 4
+// at AVX2) and the
 // per-token rows form each sum in one order, so a token's outputs do not
 // depend on how many tokens share the call; and f16 rows converted in
 // registers (dot_rows_f16, gemm_tile_f16) give the floats of converting them
 // first.
 TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
   for (int64_t k : {5, 16, 33, 100, 256}) {
-    const int64_t rows = 7, tokens = 17;  // 6 + 6 + 4 + 1 at AVX-512, 8 x 2 + 1 at AVX2: every block
+    // Tokens 6 x 3 + 4 + 1 at AVX-512, 4 x 5 + 2 + 1 at AVX2; rows 4 + 3 or
+    // 3 + 3 + 1: every block and the rows and tokens past them.
+    const int64_t rows = 7, tokens = 23;
     auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
     std::vector<uint16_t> w16(w.size());
     for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
@@ -168,7 +171,7 @@ TEST_P(SimdLevels, BlockRowsInRegistersMatchDecodedRows) {
           kquants::dequantize_row(kind.ggml, w.data() + r * row_bytes, want_row.data(), k);
           for (int64_t i = 0; i < k; ++i) ASSERT_TRUE(same(wf[r * k + i], want_row[i])) << kind.name << " decode at " << i;
         }
-        const int64_t tokens = 17;  // every register block (see above)
+        const int64_t tokens = 23;  // every register block (see above)
         auto x = randn(static_cast<size_t>(tokens * k), 22);
         std::vector<float> want(static_cast<size_t>(tokens * rows)), got(want.size());
         gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, want.data(), rows);
