@@ -160,6 +160,17 @@ float dot_k4_ref(int64_t n, const void* vw, const void* va) {
   return sum;
 }
 
+// The 8 6-bit scales (words 0 and 1) and 8 mins (words 2 and 3) of a Q4_K /
+// Q5_K block's 12 scale bytes, one byte each, unpacked four at a time.
+inline void unpack_scale_min_words(const uint8_t* scales, uint32_t out[4]) {
+  uint32_t s3[3];
+  std::memcpy(s3, scales, 12);
+  out[0] = s3[0] & 0x3f3f3f3fu;
+  out[1] = (s3[2] & 0x0f0f0f0fu) | ((s3[0] >> 2) & 0x30303030u);
+  out[2] = s3[1] & 0x3f3f3f3fu;
+  out[3] = ((s3[2] >> 4) & 0x0f0f0f0fu) | ((s3[1] >> 2) & 0x30303030u);
+}
+
 template <typename Block, bool kFive>
 QF_AVX2_INLINE float dot_k4_avx2(int64_t n, const void* vw, const void* va) {
   const auto* w = static_cast<const Block*>(vw);
@@ -167,15 +178,12 @@ QF_AVX2_INLINE float dot_k4_avx2(int64_t n, const void* vw, const void* va) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   float sum = 0;
   for (int64_t b = 0; b < n / QK_K; ++b) {
-    // The 8 scales and 8 mins, unpacked four at a time from the three words.
-    uint32_t s3[3];
-    std::memcpy(s3, w[b].scales, 12);
-    const uint32_t sc_words[2] = {s3[0] & 0x3f3f3f3fu, (s3[2] & 0x0f0f0f0fu) | ((s3[0] >> 2) & 0x30303030u)};
-    const uint32_t mn_words[2] = {s3[1] & 0x3f3f3f3fu, ((s3[2] >> 4) & 0x0f0f0f0fu) | ((s3[1] >> 2) & 0x30303030u)};
+    uint32_t words[4];
+    unpack_scale_min_words(w[b].scales, words);
     uint8_t sc[8];
-    std::memcpy(sc, sc_words, 8);
+    std::memcpy(sc, words, 8);
     // summ = sum_j m_j * (bsums[2j] + bsums[2j+1]).
-    const __m128i mins8 = _mm_set_epi32(0, 0, static_cast<int>(mn_words[1]), static_cast<int>(mn_words[0]));
+    const __m128i mins8 = _mm_set_epi32(0, 0, static_cast<int>(words[3]), static_cast<int>(words[2]));
     const __m256i pair_sums = _mm256_madd_epi16(load32(a[b].bsums), _mm256_set1_epi16(1));
     const int summ = hsum_i32(_mm256_mullo_epi32(pair_sums, _mm256_cvtepu8_epi32(mins8)));
     __m256i qh = _mm256_setzero_si256();
@@ -210,13 +218,10 @@ QF_AVX512_INLINE float dot_k4_avx512(int64_t n, const void* vw, const void* va) 
   const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
   float sum = 0;
   for (int64_t b = 0; b < n / QK_K; ++b) {
-    uint32_t s3[3];
-    std::memcpy(s3, w[b].scales, 12);
+    uint32_t words[4];
+    unpack_scale_min_words(w[b].scales, words);
     // Bytes 0..7: the 8 scales; bytes 8..15: the 8 mins.
-    const __m128i scmn = _mm_set_epi32(static_cast<int>(((s3[2] >> 4) & 0x0f0f0f0fu) | ((s3[1] >> 2) & 0x30303030u)),
-                                       static_cast<int>(s3[1] & 0x3f3f3f3fu),
-                                       static_cast<int>((s3[2] & 0x0f0f0f0fu) | ((s3[0] >> 2) & 0x30303030u)),
-                                       static_cast<int>(s3[0] & 0x3f3f3f3fu));
+    const __m128i scmn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words));
     // summ = sum_j m_j * (bsums[2j] + bsums[2j+1]): each min widened twice.
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmn, scmn));
     const int summ = hsum_i32(_mm256_madd_epi16(load32(a[b].bsums), mins16));
