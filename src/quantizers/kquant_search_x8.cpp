@@ -239,7 +239,7 @@ QF_AVX2 void q3_avx2(int n, int nmax, const float* x, int8_t* L, float* scales) 
   _mm256_storeu_ps(scales, select(scale, zero, small));
 }
 
-bool use_avx2(int n) { return n <= kMaxGroup && simd_level() >= SimdLevel::Avx2; }
+bool use_avx2(int n) { return n <= kMaxGroup && qf::simd_level() >= SimdLevel::Avx2; }
 
 }  // namespace
 

@@ -68,9 +68,6 @@ float vec_dot_ref(uint32_t type, int64_t n, const void* weight_row, const void* 
 using DotKernel = float (*)(int64_t n, const void* weight_row, const void* activation_q);
 DotKernel dot_kernel(uint32_t type, int64_t n);
 
-// The kernels vec_dot uses now: the SIMD level itself (qf::simd_level()).
-SimdLevel simd_level();
-
 // The block layouts (BlockQ4_0 ... BlockQ8_K) and the decoding of one block
 // are in quantizers/kquant_blocks.h, shared with device code.
 

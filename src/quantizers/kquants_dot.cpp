@@ -2,10 +2,10 @@
 // type and SIMD level: each type's scalar reference and AVX2 kernel are in its
 // kquant_<type>.cpp (kquant_impl.h says how the two agree bit for bit).
 #include "quantizers/kquant_impl.h"  // first: its pragma turns off FMA contraction for this file
-#include <algorithm>
 #include <string>
 
 #include "core/error.h"
+#include "core/simd.h"
 #include "quantizers/kquants.h"
 
 namespace qf::kquants {
@@ -15,7 +15,7 @@ using namespace detail;
 
 // ---- dispatch ----------------------------------------------------------------
 
-using DotFn = float (*)(int64_t, const void*, const void*);
+using DotFn = DotKernel;
 constexpr uint32_t kMaxType = 32;
 
 // The scalar references, the AVX2 kernels and the kernels of the avx512
@@ -85,18 +85,14 @@ const DotFn* kernels_at(SimdLevel level) {
 
 }  // namespace
 
-float vec_dot(uint32_t type, int64_t n, const void* w, const void* a) {
-  return lookup(kernels_at(simd_level()), type, n)(n, w, a);
-}
+// The AVX2 kernels need AVX2 and F16C, which every level above scalar has;
+// the AVX-512 ones need F, BW and VL, which the avx512 level has.
+DotKernel dot_kernel(uint32_t type, int64_t n) { return lookup(kernels_at(qf::simd_level()), type, n); }
 
-DotKernel dot_kernel(uint32_t type, int64_t n) { return lookup(kernels_at(simd_level()), type, n); }
+float vec_dot(uint32_t type, int64_t n, const void* w, const void* a) { return dot_kernel(type, n)(n, w, a); }
 
 float vec_dot_ref(uint32_t type, int64_t n, const void* w, const void* a) {
   return lookup(table().ref, type, n)(n, w, a);
 }
-
-// The AVX2 kernels need AVX2 and F16C, which every level above scalar has;
-// the AVX-512 ones need F, BW and VL, which the avx512 level has.
-SimdLevel simd_level() { return qf::simd_level(); }
 
 }  // namespace qf::kquants

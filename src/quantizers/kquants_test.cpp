@@ -459,7 +459,6 @@ TEST(KQuant, DotLevelFollowsTheSimdSwitch) {
     if (l > best_simd_level()) continue;
     test::ScopedSimdLevel at(l);
     EXPECT_EQ(qf::simd_level(), l);
-    EXPECT_EQ(kquants::simd_level(), l) << simd_level_name(l);
   }
   // Each level has its own kernels: Q4_K, Q5_K and Q6_K one per level, the
   // other types their AVX2 kernel at avx512 too.

@@ -2,8 +2,9 @@
 // 256 different weight rows of 4096 elements (quantized from Gaussian
 // values) against one quantized activation row, best of 40 passes (3 for the
 // scalar reference). The rows fit in L2, so this is the kernels' compute
-// speed, not memory bandwidth. Every level's sum over the rows is printed too:
-// they must be equal (the kernels are bit-identical to the reference).
+// speed, not memory bandwidth. Every level's sum over the rows is printed too,
+// and the program fails (exit 1) where one differs from the scalar
+// reference's: the kernels are bit-identical to it.
 //
 //   scripts/build.sh --target qf_vec_dot_bench && build/bin/qf_vec_dot_bench
 #include <algorithm>
@@ -38,6 +39,7 @@ int main() {
     const uint32_t at = kquants::vec_dot_type(t);
     std::vector<uint8_t> a(kquants::row_size(at, kN));
     kquants::quantize_activation(at, act.data(), a.data(), kN);
+    float ref_sum = 0;
     for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
       if (level > best_simd_level()) continue;
       set_simd_level(level);
@@ -52,6 +54,13 @@ int main() {
         best = std::min(best, ns / kRows);
       }
       std::printf("| %s | %s | %.0f | %.6g |\n", ggml_type_info(t)->name, simd_level_name(level), best, sum);
+      if (level == SimdLevel::Scalar) {
+        ref_sum = sum;
+      } else if (sum != ref_sum) {
+        std::fprintf(stderr, "qf_vec_dot_bench: %s at %s sums to %.9g, the scalar reference to %.9g\n",
+                     ggml_type_info(t)->name, simd_level_name(level), sum, ref_sum);
+        return 1;
+      }
     }
   }
   return 0;
