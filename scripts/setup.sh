@@ -10,6 +10,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
+  libthrust-dev                         # device code's host build, where the CUDA toolkit (include/cccl) is absent
   libeigen3-dev nlohmann-json3-dev libcli11-dev libzstd-dev libyaml-cpp-dev
   libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
   python3-dev python3-numpy python3-pytest python3-tqdm

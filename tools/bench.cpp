@@ -12,7 +12,7 @@ namespace qf::cli {
 namespace {
 
 struct BenchOpts {
-  std::string model, kv = "f16", json_out;
+  std::string model, kv = "f16", json_out, device = "cpu";
   int64_t p = 512, n = 128, batch = 1;
   int reps = 1, threads = 0;
 };
@@ -20,6 +20,7 @@ struct BenchOpts {
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 void run_bench(const BenchOpts& o) {
+  resolve_device(o.device, "bench", false);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
@@ -59,6 +60,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)")->check(int_range(1, 1000));
   cmd->add_option("--json", o->json_out, "write the results as JSON to this file (a pipe or /dev/stdout is written through)");
   add_threads_option(cmd, o->threads);
+  add_device_option(cmd, o->device);
   cmd->callback([o] { run_bench(*o); });
 }
 

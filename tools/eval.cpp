@@ -24,6 +24,7 @@ struct EvalOpts {
   bool bos_per_line = false, keep_tail = false;
   std::optional<double> max_delta, max_ratio, max_kld;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 std::string table(const EvalOpts& o, const eval::EvalResult& r) {
@@ -54,6 +55,7 @@ std::string table(const EvalOpts& o, const eval::EvalResult& r) {
 }
 
 void run_eval(const EvalOpts& o) {
+  resolve_device(o.device, "eval", false);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   eval::EvalRequest req;
@@ -115,6 +117,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
   cmd->add_option("--json", o->json_out, "write the report as JSON to this file (a pipe or /dev/stdout is written through)");
   add_threads_option(cmd, o->threads);
+  add_device_option(cmd, o->device);
   cmd->callback([o] { run_eval(*o); });
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 
 namespace qf::cli {
@@ -88,6 +89,21 @@ CLI::Validator finite_number() {
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads, "threads (default: QF_THREADS or all cores)")
       ->check(int_range(1, ThreadPool::max_threads()));
+}
+
+void add_device_option(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device,
+                  "where the work runs: cpu (default), cuda, auto (cuda when a CUDA device is usable, else cpu) "
+                  "or host (the device code built for the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "host", "auto"}));
+}
+
+device::Kind resolve_device(const std::string& word, const std::string& command, bool has_device_version) {
+  const std::string where = command + " --device " + word;
+  if (has_device_version) return device::resolve(word, where);
+  if (word == "cpu" || word == "auto") return device::Kind::Cpu;
+  if (word == "cuda") device::resolve(word, where);  // throws with the CUDA runtime's reason when there is no GPU
+  throw unsupported(where, command + " runs on the CPU only for now: the runtime has no device version yet (use --device cpu)");
 }
 
 }  // namespace qf::cli

@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "device/device.h"
+
 namespace qf::cli {
 
 // An integer in [lo, hi].
@@ -22,5 +24,15 @@ CLI::Validator finite_number();
 // Adds --threads (an integer from 1 to ThreadPool::max_threads(); absent:
 // QF_THREADS or every core) to `cmd`, stored in `threads` (0 when absent).
 void add_threads_option(CLI::App* cmd, int& threads);
+
+// Adds --device (cpu, cuda, host or auto; default cpu) to `cmd`, stored in
+// `device`. See device/device.h for what each word means.
+void add_device_option(CLI::App* cmd, std::string& device);
+
+// The device a command runs on. `has_device_version`: the command's work has
+// a device version (quantize); otherwise (eval, bench, imatrix: the runtime
+// runs on the CPU for now) auto means cpu, and cuda or host are one clear
+// Unsupported error (exit 4) that says why.
+device::Kind resolve_device(const std::string& word, const std::string& command, bool has_device_version);
 
 }  // namespace qf::cli

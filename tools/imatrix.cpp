@@ -15,9 +15,11 @@ struct ImatrixOpts {
   int64_t ctx = 512, chunks = 0;
   bool process_output = false, force = false, allow_nonfinite = false;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 void run_imatrix(const ImatrixOpts& o) {
+  resolve_device(o.device, "imatrix", false);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   ImatrixOptions io;
@@ -47,6 +49,7 @@ void register_imatrix(CLI::App& app) {
   cmd->add_flag("--force", o->force, "replace an existing output file (never an input of this run)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "collect even when a weight is NaN or infinite (non-finite statistics are still refused: llama-quantize rejects them)");
   add_threads_option(cmd, o->threads);
+  add_device_option(cmd, o->device);
   cmd->callback([o] { run_imatrix(*o); });
 }
 

@@ -1,4 +1,4 @@
-// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--eval TEXT] [--json] [--resume]
+// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--device D] [--eval TEXT] [--json] [--resume]
 #include <cstdio>
 
 #include "calibration/activation_store.h"
@@ -17,7 +17,7 @@ namespace qf::cli {
 namespace {
 
 struct QuantizeOpts {
-  std::string model, recipe, out, calib, eval_text, max_memory;
+  std::string model, recipe, out, calib, eval_text, max_memory, device = "cpu";
   int threads = 0;
   int64_t eval_chunks = 0;
   bool allow_nonfinite = false, json = false, resume = false;
@@ -31,12 +31,15 @@ std::string invocation(const QuantizeOpts& o) {
   if (o.eval_chunks) s += " --eval-chunks " + std::to_string(o.eval_chunks);
   if (!o.max_memory.empty()) s += " --max-memory " + o.max_memory;
   if (o.threads) s += " --threads " + std::to_string(o.threads);
+  if (o.device != "cpu") s += " --device " + o.device;
   if (o.allow_nonfinite) s += " --allow-nonfinite";
   if (o.resume) s += " --resume";
   return s;
 }
 
 void run_quantize(const QuantizeOpts& o) {
+  const device::Kind dev = resolve_device(o.device, "quantize", true);
+  device::set_host_threads(o.threads);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   const bool quiet = Progress::quiet();
@@ -54,6 +57,7 @@ void run_quantize(const QuantizeOpts& o) {
   job.invocation = invocation(o);
   job.eval_text = o.eval_text;
   job.eval_max_chunks = o.eval_chunks;
+  job.device = dev;
   const QuantizeSummary s = quantize_model(job, pool, log);
   if (o.json) {
     const std::string text = s.report.dump(2) + "\n";
@@ -91,6 +95,7 @@ void register_quantize(CLI::App& app) {
       ->check(int_at_least(1));
   cmd->add_option("--max-memory", o->max_memory, "memory for the calibration activations (e.g. 512M, 8G); beyond it they spill to disk, zstd-compressed");
   add_threads_option(cmd, o->threads);
+  add_device_option(cmd, o->device);
   cmd->add_flag("--json", o->json, "print quantization_report.json (written into the output) instead of the summary");
   cmd->add_flag("--resume", o->resume, "continue an interrupted run to the same output from its last finished layer (same inputs; byte-identical result)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "quantize even when a weight or calibration statistic is NaN or infinite");

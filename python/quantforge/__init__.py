@@ -102,7 +102,7 @@ def _calib_file(calib, folder):
 
 
 def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, progress=True,
-             allow_nonfinite=False, eval_text=None, eval_max_chunks=0, resume=False):
+             allow_nonfinite=False, eval_text=None, eval_max_chunks=0, resume=False, device="cpu"):
     """Quantizes `model` with `recipe` into the folder `out` (see __init__.pyi)."""
     if isinstance(max_memory, str):
         max_memory = _quantforge._parse_memory_size(max_memory)
@@ -113,13 +113,14 @@ def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, prog
     call = (f"quantforge.quantize({_os.fspath(model)!r}, recipe={_describe(recipe)}, out={_os.fspath(out)!r}"
             f"{'' if calib is None else ', calib=' + _describe(calib)}"
             f"{'' if eval_text is None else ', eval_text=' + repr(_os.fspath(eval_text))}"
-            f"{', resume=True' if resume else ''})")
+            f"{', resume=True' if resume else ''}"
+            f"{'' if device == 'cpu' else ', device=' + repr(device)})")
     with _tempfile.TemporaryDirectory(prefix="quantforge-") as folder:
         d = _quantforge._quantize(model, _recipe_file(recipe, folder), out, _calib_file(calib, folder),
                                   threads=threads, max_memory=max_memory, allow_nonfinite=allow_nonfinite,
                                   progress=progress, eval_text="" if eval_text is None else _os.fspath(eval_text),
                                   eval_max_chunks=eval_max_chunks,
-                                  invocation=call, resume=resume,
+                                  invocation=call, resume=resume, device=device,
                                   # samples given as a list live nowhere else: the output keeps them
                                   copy_calibration=calib is not None and not isinstance(calib, (str, _os.PathLike)))
     d["evaluation"] = d["report"]["evaluation"]

@@ -94,7 +94,8 @@ class QuantizeResult:
 def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out: PathLike,
              calib: Union[None, PathLike, Iterable[str]] = None, threads: Optional[int] = None,
              max_memory: Union[None, str, int] = None, progress: bool = True, allow_nonfinite: bool = False,
-             eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0, resume: bool = False) -> QuantizeResult:
+             eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0, resume: bool = False,
+             device: str = "cpu") -> QuantizeResult:
     """Quantizes `model` with a recipe into the new folder `out`
     (compressed-tensors, GPTQ, AutoAWQ or modelopt layout, as the recipe says).
 
@@ -108,6 +109,9 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
     chunks (0: all).
     resume: continue a run to the same `out` that was interrupted (killed, Ctrl-C) from its last
     finished layer, when the inputs are the same; the result is byte-identical to an uninterrupted run.
+    device: where the weight quantizers run: "cpu" (the reference), "cuda" (UnsupportedError when
+    no CUDA device is usable, with the reason), "auto" (cuda when usable, else cpu) or "host" (the
+    device code built for the CPU; the same bytes as "cpu").
     """
 
 def report(paths: Union[PathLike, List[PathLike]], out: PathLike) -> List[Dict[str, Any]]:

@@ -29,6 +29,7 @@
 #include "core/io.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "eval/bench.h"
 #include "eval/eval_run.h"
 #include "formats/gguf/gguf.h"
@@ -266,9 +267,11 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
 py::object cmd_quantize(const py::object& model, const std::string& recipe_path, const py::object& out,
                     const std::string& calib, std::optional<int> threads, uint64_t max_memory, bool allow_nonfinite,
                     bool progress, const std::string& eval_text, int64_t eval_max_chunks,
-                    const std::string& invocation, bool copy_calibration, bool resume) {
+                    const std::string& invocation, bool copy_calibration, bool resume, const std::string& device) {
   if (eval_max_chunks < 0) throw Error(ErrorKind::Usage, "eval_max_chunks must be >= 0");
   QuantizeJob job;
+  job.device = device::resolve(device, "quantize device");
+  if (threads) device::set_host_threads(*threads);
   job.model = path_arg(model);
   job.recipe = recipe_path;
   job.out = path_arg(out);
@@ -605,7 +608,7 @@ PYBIND11_MODULE(_quantforge, m) {
   m.def("_quantize", &cmd_quantize, py::arg("model"), py::arg("recipe_path"), py::arg("out"), py::arg("calib") = "",
         py::arg("threads") = py::none(), py::arg("max_memory") = 0, py::arg("allow_nonfinite") = false,
         py::arg("progress") = true, py::arg("eval_text") = "", py::arg("eval_max_chunks") = 0, py::arg("invocation") = "",
-        py::arg("copy_calibration") = false, py::arg("resume") = false);
+        py::arg("copy_calibration") = false, py::arg("resume") = false, py::arg("device") = "cpu");
   m.def("_parse_memory_size", [](const std::string& s) { return parse_memory_size(s, "max_memory"); });
 
   py::class_<PyTokenizer>(m, "Tokenizer")

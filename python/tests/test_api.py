@@ -153,6 +153,19 @@ def test_quantize_list_calib_is_kept_and_reproducible(tmp_path):
     assert b.report["calibration"]["tokens"] == a.report["calibration"]["tokens"] > 0
 
 
+def test_quantize_on_the_device_host_build(tmp_path):
+    samples = [line for line in CALIB_TEXT.read_text().splitlines() if line.strip()][:24]
+    recipe = (RECIPES / "w4-gptq.yaml").read_text()
+    a = qf.quantize(FIXTURE, recipe, tmp_path / "cpu", calib=samples, threads=2, progress=False)
+    b = qf.quantize(FIXTURE, recipe, tmp_path / "host", calib=samples, threads=2, progress=False, device="host")
+    assert (tmp_path / "cpu/model.safetensors").read_bytes() == (tmp_path / "host/model.safetensors").read_bytes()
+    assert a.report["device"] == "cpu" and b.report["device"] == "host"
+    assert "device='host'" in b.report["invocation"]
+    with pytest.raises(qf.UsageError):
+        qf.quantize(FIXTURE, recipe, tmp_path / "x", calib=samples, progress=False, device="gpu")
+    assert not (tmp_path / "x").exists()
+
+
 def test_errors_are_typed(tmp_path):
     with pytest.raises(qf.NotFound) as e:
         qf.inspect(tmp_path / "missing")

@@ -25,6 +25,7 @@
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
+#include "quantizers/device_quantizers.h"
 #include "quantizers/gptq.h"
 #include "quantizers/rtn.h"
 #include "recipe/recipe.h"
@@ -101,6 +102,11 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
+  if (job.device != device::Kind::Cpu)
+    for (const auto& [name, p] : plan.linears)
+      if (p.observer == RangeObserver::Mse)
+        throw unsupported(job.recipe.string(), std::string("the mse observer (") + name +
+                                                   ") has no device version yet; quantize with --device cpu");
   const bool gptq = plan.quantizer == QuantMethod::Gptq;
   const CheckpointFormat& format = *plan.format;
 
@@ -152,12 +158,13 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       o.observer = p.observer;
       o.mse = p.mse;
       o.pool = &pool;
-      GptqResult r = gptq_quantize(in.weight->data(), in.rows, in.cols, *in.hessian, p.weights, o, in.name);
+      GptqResult r = gptq_quantize_on(job.device, in.weight->data(), in.rows, in.cols,
+                                      gptq_hessian(*in.hessian, in.cols, in.name), p.weights, o, in.name);
       out.q = std::move(r.q);
       out.note = r.fallback;
     } else {
       // NVFP4: one global scale for the whole fused set (q/k/v, gate/up).
-      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax);
+      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
     }
     if (p.act) {
       out.act = calibrate_activation(*p.act, in.act_min, in.act_max, in.name);
@@ -335,6 +342,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   report["recipe"] = {{"path", fs::absolute(job.recipe).lexically_normal().string()}, {"text", recipe_copy}};
   report["format"] = sum.format;
   report["method"] = sum.method;
+  report["device"] = device::kind_name(job.device);
   nlohmann::ordered_json cal = nullptr;
   if (!calib_used.empty())
     cal = {{"dataset", dataset},         {"text_field", recipe.calibration.text_field},

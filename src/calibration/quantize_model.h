@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "eval/perplexity.h"
 #include "quantizers/quant_scheme.h"
 
@@ -47,6 +48,11 @@ struct QuantizeJob {
   std::filesystem::path eval_text;
   int64_t eval_max_chunks = 0;
   std::function<void(int64_t, int64_t)> eval_progress;
+  // Where the weight quantizers run (GPTQ, RTN, FP8, NVFP4: quantizers/
+  // device_quantizers.h); calibration forwards, AWQ's and SmoothQuant's
+  // searches stay on the CPU. Not cpu: recipes whose observer is mse are
+  // refused (Unsupported) before anything runs.
+  device::Kind device = device::Kind::Cpu;
 };
 
 struct QuantizedLayerRecord {

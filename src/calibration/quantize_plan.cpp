@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/compressed_tensors.h"
 #include "quantizers/act_quant.h"
+#include "quantizers/device_quantizers.h"
 #include "quantizers/float_quant.h"
 #include "quantizers/rtn.h"
 
@@ -97,10 +98,10 @@ DType plan_scale_dtype(const ModelConfig& c) {
 }
 
 QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const PlannedLinear& p,
-                                 float nvfp4_global_amax) {
-  if (p.weights.is_fp8()) return quantize_fp8(w, rows, cols, p.weights);
-  if (p.weights.is_nvfp4()) return quantize_nvfp4(w, rows, cols, p.weights, nvfp4_global_amax);
-  return quantize_rtn(w, rows, cols, p.weights, p.observer, p.mse);
+                                 float nvfp4_global_amax, device::Kind where_to) {
+  if (p.weights.is_fp8()) return quantize_fp8_on(where_to, w, rows, cols, p.weights);
+  if (p.weights.is_nvfp4()) return quantize_nvfp4_on(where_to, w, rows, cols, p.weights, nvfp4_global_amax);
+  return quantize_rtn_on(where_to, w, rows, cols, p.weights, p.observer, p.mse);
 }
 
 std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const std::string& name, const float* w,

@@ -13,6 +13,7 @@
 
 #include "calibration/smoothing.h"
 #include "checkpoint/checkpoint_format.h"
+#include "device/device.h"
 #include "quantizers/gptq.h"
 #include "quantizers/rtn.h"
 #include "quantizers/quant_scheme.h"
@@ -68,9 +69,10 @@ DType plan_scale_dtype(const ModelConfig& c);
 // Round-to-nearest in the planned scheme: integer (minmax or mse observer),
 // FP8 or NVFP4. nvfp4_global_amax >= 0: the amax NVFP4's global scale is
 // computed from (the fused set's, see LinearToQuantize::fused_weight_amax);
-// < 0: the weight's own. Ignored by the other schemes.
+// < 0: the weight's own. Ignored by the other schemes. `where_to`: the CPU
+// reference or a device build (quantizers/device_quantizers.h).
 QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, const PlannedLinear& p,
-                                 float nvfp4_global_amax = -1);
+                                 float nvfp4_global_amax = -1, device::Kind where_to = device::Kind::Cpu);
 
 // The Linear SmoothQuant's strength search evaluates: the planned scheme by
 // round-to-nearest, with the planned input quantizer (static scales and NVFP4

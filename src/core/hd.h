@@ -56,6 +56,10 @@ QF_HD inline int top_bit(uint32_t m) {
 #endif
 }
 
+// |x| (the sign bit cleared) and whether x is finite, from the bits.
+QF_HD inline float abs_f32(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
+QF_HD inline bool is_finite(float x) { return (bits_of(x) & 0x7f800000u) != 0x7f800000u; }
+
 QF_HD inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 QF_HD inline int max_int(int a, int b) { return a > b ? a : b; }
 
@@ -90,6 +94,24 @@ QF_HD inline float mul_sub_unfused(float a, float b, float c) {
   return __fsub_rn(__fmul_rn(a, b), c);
 #else
   return a * b - c;
+#endif
+}
+
+// a - b * c and a + b * b in double, rounded twice (never one FMA): GPTQ's
+// row updates, so that the CPU and the device form the same values.
+QF_HD inline double sub_mul_unfused(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, __dmul_rn(b, c));
+#else
+  return a - b * c;
+#endif
+}
+
+QF_HD inline double add_sq_unfused(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, __dmul_rn(b, b));
+#else
+  return a + b * b;
 #endif
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quantizers/gptq_row.h"
 
 namespace qf {
 
@@ -156,17 +157,20 @@ const char* actorder_name(GptqOptions::ActOrder a) {
   return "?";
 }
 
-GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const HessianAccumulator& h,
-                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
+const std::vector<double>& gptq_hessian(const HessianAccumulator& h, int64_t cols, const std::string& name) {
   if (h.cols() != cols)
     throw invalid_input(name, "Hessian has " + std::to_string(h.cols()) + " columns, the weight " + std::to_string(cols));
   if (h.samples() == 0) throw invalid_input(name, "Hessian has no calibration samples");
-  return gptq_quantize(w, rows, cols, h.matrix(), scheme, opts, name);
+  return h.matrix();
 }
 
-GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const HessianAccumulator& h,
                          const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
-  using AO = GptqOptions::ActOrder;
+  return gptq_quantize(w, rows, cols, gptq_hessian(h, cols, name), scheme, opts, name);
+}
+
+void gptq_check(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
   scheme.validate(name, cols);
   if (rows <= 0 || cols <= 0)
     throw invalid_input(name, "empty weight [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
@@ -177,12 +181,99 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     throw invalid_input(name, "GPTQ dampening_frac must be a finite value >= 0");
   for (int64_t i = 0; i < rows * cols; ++i)
     if (!std::isfinite(w[i])) throw invalid_input(name, "weight has non-finite values");
+}
+
+GptqColumns gptq_columns(const std::vector<double>& hessian, int64_t cols, bool act_order) {
+  GptqColumns c;
+  for (double v : hessian)
+    if (!std::isfinite(v)) {
+      c.finite = false;
+      return c;
+    }
+  c.diag.resize(static_cast<size_t>(cols));
+  c.dead.assign(static_cast<size_t>(cols), 0);
+  for (int64_t i = 0; i < cols; ++i) {
+    c.diag[static_cast<size_t>(i)] = hessian[static_cast<size_t>(i * cols + i)];
+    if (c.diag[static_cast<size_t>(i)] == 0.0) {
+      c.dead[static_cast<size_t>(i)] = 1;
+      c.diag[static_cast<size_t>(i)] = 1.0;
+    }
+  }
+  c.perm.resize(static_cast<size_t>(cols));
+  std::iota(c.perm.begin(), c.perm.end(), 0);
+  if (act_order)
+    std::stable_sort(c.perm.begin(), c.perm.end(),
+                     [&](int64_t a, int64_t b) { return c.diag[static_cast<size_t>(a)] > c.diag[static_cast<size_t>(b)]; });
+  for (double v : c.diag) {
+    c.mean_diag += v;
+    c.max_diag = std::max(c.max_diag, std::fabs(v));
+  }
+  c.mean_diag /= static_cast<double>(cols);
+  return c;
+}
+
+GptqDamping gptq_damp(double dampening_frac, double max_diag, const std::function<bool(double, double)>& factor) {
+  GptqDamping d;
+  double first_frac = -1, last_frac = 0, first_floor = -1, last_floor = 0;
+  const int kDampSteps = 5, kFloorSteps = 6;
+  for (int attempt = 0; attempt < kDampSteps + kFloorSteps && !d.ok; ++attempt) {
+    if (attempt > 0 && attempt < kDampSteps && dampening_frac == 0.0) continue;  // nothing to raise
+    const double frac = dampening_frac * (1 + std::min(attempt, kDampSteps - 1));
+    const double floor = attempt < kDampSteps ? 0.0 : 1e-6 * max_diag * std::pow(10.0, attempt - kDampSteps);
+    if (attempt >= kDampSteps && floor == 0.0) break;  // max|diag| == 0 cannot happen (dead -> 1), kept for safety
+    d.ok = factor(frac, floor);
+    d.frac = frac;
+    d.floor = floor;
+    if (!d.ok) {
+      ++d.failures;
+      if (floor > 0) {
+        if (first_floor < 0) first_floor = floor;
+        last_floor = floor;
+      } else {
+        if (first_frac < 0) first_frac = frac;
+        last_frac = frac;
+      }
+    }
+  }
+  auto range = [](double a, double b) { return a == b ? fmt_double(a) : fmt_double(a) + " to " + fmt_double(b); };
+  d.tried = "dampening " + range(first_frac, last_frac);
+  if (first_floor >= 0) d.tried += ", then diagonal floors " + range(first_floor, last_floor) + " on top";
+  return d;
+}
+
+GptqResult gptq_rtn_fallback(QuantizedTensor q, const float* w, const std::string& name, const std::string& why) {
+  GptqResult res;
+  res.q = std::move(q);
+  res.loss = rtn_loss(w, res.q);
+  res.fallback = name + ": " + why + "; quantized with round-to-nearest instead of GPTQ";
+  return res;
+}
+
+void gptq_note_damping(GptqResult& res, const GptqDamping& d, const std::string& name) {
+  res.damp_used = d.frac;
+  if (d.failures > 0)
+    res.fallback = name + ": Cholesky of the damped Hessian failed (" + d.tried + "); succeeded with dampening " +
+                   fmt_double(d.frac) + (d.floor > 0 ? " + diagonal floor " + fmt_double(d.floor) : "");
+}
+
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
+  using AO = GptqOptions::ActOrder;
+  gptq_check(w, rows, cols, hessian, scheme, opts, name);
 
   const bool grouped = scheme.strategy == QuantStrategy::Group;
   const int64_t gs = grouped ? scheme.group_size : cols;
   const bool act_order = opts.actorder == AO::Group || opts.actorder == AO::Weight;
   const bool static_groups = grouped && (opts.actorder == AO::Static || opts.actorder == AO::Weight);
   const bool dynamic_groups = grouped && !static_groups;
+
+  auto rtn_fallback = [&](const std::string& why) {
+    return gptq_rtn_fallback(quantize_rtn(w, rows, cols, scheme, opts.observer, opts.mse), w, name, why);
+  };
+  const GptqColumns cc = gptq_columns(hessian, cols, act_order);
+  if (!cc.finite) return rtn_fallback("the Hessian has non-finite entries");
+  const std::vector<char>& dead = cc.dead;
+  const std::vector<int64_t>& perm = cc.perm;
 
   GptqResult res;
   QuantizedTensor& out = res.q;
@@ -194,27 +285,6 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   const size_t np = static_cast<size_t>(out.n_params());
   out.scales.assign(np, 0.0f);
   out.zeros.assign(np, 0);
-
-  auto rtn_fallback = [&](const std::string& why) {
-    res.q = quantize_rtn(w, rows, cols, scheme, opts.observer, opts.mse);
-    res.loss = rtn_loss(w, res.q);
-    res.fallback = name + ": " + why + "; quantized with round-to-nearest instead of GPTQ";
-    return res;
-  };
-
-  // Hessian diagonal, dead columns.
-  std::vector<double> diag(static_cast<size_t>(cols));
-  bool finite_h = true;
-  for (int64_t i = 0; i < cols; ++i) diag[static_cast<size_t>(i)] = hessian[static_cast<size_t>(i * cols + i)];
-  for (double v : hessian)
-    if (!std::isfinite(v)) { finite_h = false; break; }
-  if (!finite_h) return rtn_fallback("the Hessian has non-finite entries");
-  std::vector<char> dead(static_cast<size_t>(cols), 0);
-  for (int64_t i = 0; i < cols; ++i)
-    if (diag[static_cast<size_t>(i)] == 0.0) {
-      dead[static_cast<size_t>(i)] = 1;
-      diag[static_cast<size_t>(i)] = 1.0;
-    }
 
   // Channel / tensor parameters: once, on the original weight (as the references).
   std::vector<GroupParams> fixed;  // per row (channel), one (tensor)
@@ -248,12 +318,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
       }
   }
 
-  // Act-order permutation (stable, descending diag).
-  std::vector<int64_t> perm(static_cast<size_t>(cols));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (act_order)
-    std::stable_sort(perm.begin(), perm.end(),
-                     [&](int64_t a, int64_t b) { return diag[static_cast<size_t>(a)] > diag[static_cast<size_t>(b)]; });
+  // Act-order permutation of the columns.
   if (act_order) {
     std::vector<double> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
@@ -264,54 +329,22 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   }
 
   // Damped inverse Cholesky with the robust fallbacks.
-  double mean_diag = 0, max_diag = 0;
-  for (double v : diag) {
-    mean_diag += v;
-    max_diag = std::max(max_diag, std::fabs(v));
-  }
-  mean_diag /= static_cast<double>(cols);
   ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::global();
   Eigen::MatrixXd A(cols, cols);
-  bool ok = false;
-  int failures = 0;
-  double first_frac = -1, last_frac = 0, first_floor = -1, last_floor = 0, floor_used = 0;
-  const int kDampSteps = 5, kFloorSteps = 6;
-  for (int attempt = 0; attempt < kDampSteps + kFloorSteps && !ok; ++attempt) {
-    if (attempt > 0 && attempt < kDampSteps && opts.dampening_frac == 0.0) continue;  // nothing to raise
-    const double frac = opts.dampening_frac * (1 + std::min(attempt, kDampSteps - 1));
-    const double floor = attempt < kDampSteps ? 0.0 : 1e-6 * max_diag * std::pow(10.0, attempt - kDampSteps);
-    if (attempt >= kDampSteps && floor == 0.0) break;  // max|diag| == 0 cannot happen (dead -> 1), kept for safety
+  const GptqDamping damping = gptq_damp(opts.dampening_frac, cc.max_diag, [&](double frac, double floor) {
     for (int64_t j = 0; j < cols; ++j) {
       const size_t pj = static_cast<size_t>(perm[static_cast<size_t>(j)]);
       const double* hrow = hessian.data() + pj * static_cast<size_t>(cols);  // H symmetric: row pj == column pj
       for (int64_t i = 0; i < cols; ++i) A(i, j) = hrow[perm[static_cast<size_t>(i)]];
-      A(j, j) = diag[pj] + frac * mean_diag + floor;
+      A(j, j) = cc.diag[pj] + frac * cc.mean_diag + floor;
     }
-    ok = inverse_cholesky_upper(A, pool);
-    res.damp_used = frac;
-    floor_used = floor;
-    if (!ok) {
-      ++failures;
-      if (floor > 0) {
-        if (first_floor < 0) first_floor = floor;
-        last_floor = floor;
-      } else {
-        if (first_frac < 0) first_frac = frac;
-        last_frac = frac;
-      }
-    }
-  }
-  auto range = [](double a, double b) { return a == b ? fmt_double(a) : fmt_double(a) + " to " + fmt_double(b); };
-  std::string tried = "dampening " + range(first_frac, last_frac);
-  if (first_floor >= 0) tried += ", then diagonal floors " + range(first_floor, last_floor) + " on top";
-  if (!ok) {
+    return inverse_cholesky_upper(A, pool);
+  });
+  if (!damping.ok) {
     A.resize(0, 0);
-    res.damp_used = 0;
-    return rtn_fallback("Cholesky of the damped Hessian failed (tried " + tried + ")");
+    return rtn_fallback("Cholesky of the damped Hessian failed (tried " + damping.tried + ")");
   }
-  if (failures > 0)
-    res.fallback = name + ": Cholesky of the damped Hessian failed (" + tried + "); succeeded with dampening " +
-                   fmt_double(res.damp_used) + (floor_used > 0 ? " + diagonal floor " + fmt_double(floor_used) : "");
+  gptq_note_damping(res, damping, name);
   const double* U = A.data();  // Hinv[i, j] = U[i * cols + j], j >= i
 
   // Group index (in the output numbering) used for processing column j.
@@ -322,7 +355,8 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     for (int64_t j = 0; j < cols; ++j) out.g_idx[static_cast<size_t>(perm[static_cast<size_t>(j)])] = static_cast<int32_t>(j / gs);
   }
 
-  // Column loop, rows in independent fixed chunks.
+  // Column loop, rows in independent fixed chunks. A dynamic group's refit
+  // happens only at a block's first column: blocks split at group boundaries.
   const std::vector<Chunk> chunks = partition(rows, kRowGrain);
   std::vector<double> chunk_loss(chunks.size(), 0.0);
   const int64_t bs = opts.block_size;
@@ -338,35 +372,22 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
       for (int64_t rr = 0; rr < nr; ++rr) {
         const int64_t r = ch.begin + rr;
         double* wr = W.data() + r * cols;
-        uint8_t* qr = out.q.data() + r * cols;
-        double* er = err.data() + rr * count;
-        for (int64_t i = i1; i < i2; ++i) {
-          GroupParams p;
-          if (dynamic_groups) {
-            if (i % gs == 0) {
-              cur[static_cast<size_t>(rr)] = fit_group(wr + i, std::min(gs, cols - i), 1, scheme, opts.observer, opts.mse);
-              const size_t pi = static_cast<size_t>(out.param_index(r, i / gs));
-              out.scales[pi] = cur[static_cast<size_t>(rr)].scale;
-              out.zeros[pi] = cur[static_cast<size_t>(rr)].zero;
-            }
-            p = cur[static_cast<size_t>(rr)];
-          } else if (static_groups) {
-            const size_t pi = static_cast<size_t>(out.param_index(r, perm[static_cast<size_t>(i)] / gs));
-            p = GroupParams{out.scales[pi], out.zeros[pi]};
-          } else {
-            p = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
+        hd::GptqRowQuantizer rq{GroupParams{}, nullptr, nullptr, perm.data(), gs, scheme.qmax()};
+        if (dynamic_groups) {
+          if (i1 % gs == 0) {
+            cur[static_cast<size_t>(rr)] = fit_group(wr + i1, std::min(gs, cols - i1), 1, scheme, opts.observer, opts.mse);
+            const size_t pi = static_cast<size_t>(out.param_index(r, i1 / gs));
+            out.scales[pi] = cur[static_cast<size_t>(rr)].scale;
+            out.zeros[pi] = cur[static_cast<size_t>(rr)].zero;
           }
-          const double x = wr[i];
-          const uint8_t code = quantize_value(static_cast<float>(x), p, scheme);
-          qr[perm[static_cast<size_t>(i)]] = code;
-          const double qd = dequantize_value(code, p);
-          const double* urow = U + i * cols;
-          const double d = urow[i];
-          const double e = (x - qd) / d;
-          loss += e * e;  // (w - q)^2 / d^2
-          er[i - i1] = e;
-          for (int64_t j = i + 1; j < i2; ++j) wr[j] -= e * urow[j];
+          rq.fixed = cur[static_cast<size_t>(rr)];
+        } else if (static_groups) {
+          rq.scales = out.scales.data() + r * ng;
+          rq.zeros = out.zeros.data() + r * ng;
+        } else {
+          rq.fixed = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
         }
+        hd::gptq_row_block(wr, 1, out.q.data() + r * cols, U, cols, err.data() + rr * count, 1, i1, i2, rq, &loss);
       }
       if (i2 < cols) {  // lazy update of the remaining columns
         Eigen::Map<RowMat, 0, Stride> Wb(W.data() + ch.begin * cols + i2, nr, cols - i2, Stride(cols));

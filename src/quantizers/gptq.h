@@ -52,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -127,5 +128,44 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const Hessi
 // The same with the Hessian given directly ([cols * cols] symmetric, double).
 GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
                          const QuantScheme& scheme, const GptqOptions& opts, const std::string& name);
+
+// ---- the steps the CPU reference and the device version (gptq_device.cpp) share
+
+// The accumulated matrix, checked against the weight's columns and for at
+// least one sample (InvalidInput naming `name`).
+const std::vector<double>& gptq_hessian(const HessianAccumulator& h, int64_t cols, const std::string& name);
+
+// The argument checks of gptq_quantize (InvalidInput naming `name`).
+void gptq_check(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                const QuantScheme& scheme, const GptqOptions& opts, const std::string& name);
+
+// Per-column bookkeeping: diag(H) with dead columns (diag 0) set to 1, the
+// dead flags, the processing order (act-order: stable argsort of diag,
+// descending; else identity), mean(diag) and max|diag|. `finite` is false
+// when H has a non-finite entry (then nothing else is filled in).
+struct GptqColumns {
+  std::vector<double> diag;
+  std::vector<char> dead;
+  std::vector<int64_t> perm;
+  double mean_diag = 0, max_diag = 0;
+  bool finite = true;
+};
+GptqColumns gptq_columns(const std::vector<double>& hessian, int64_t cols, bool act_order);
+
+// The damping schedule (the header comment's robustness paragraph): calls
+// factor(frac, floor), which factors H + (frac * mean(diag) + floor) I and
+// says whether that worked, until it does or the schedule ends.
+struct GptqDamping {
+  bool ok = false;
+  double frac = 0, floor = 0;  // of the successful (else last) attempt
+  int failures = 0;
+  std::string tried;  // "dampening 0.01 to 0.05, then diagonal floors ... on top"
+};
+GptqDamping gptq_damp(double dampening_frac, double max_diag, const std::function<bool(double, double)>& factor);
+
+// The result of falling back to RTN (`q`, already quantized) for `why`.
+GptqResult gptq_rtn_fallback(QuantizedTensor q, const float* w, const std::string& name, const std::string& why);
+// Fills res.damp_used and res.fallback from a successful schedule.
+void gptq_note_damping(GptqResult& res, const GptqDamping& d, const std::string& name);
 
 }  // namespace qf

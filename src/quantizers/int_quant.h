@@ -7,9 +7,65 @@
 
 #include <cstdint>
 
+#include "core/bf16.h"
+#include "core/f16.h"
 #include "core/hd.h"
 
+namespace qf {
+
+// One group's integer quantizer: the scale (already rounded to the scheme's
+// scale dtype, > 0) and the unsigned zero point in [0, qmax].
+struct GroupParams {
+  float scale;
+  int32_t zero;
+};
+
+}  // namespace qf
+
 namespace qf::hd {
+
+// How an integer scheme's scales are stored (its scale_dtype): f16, bf16,
+// or f32 (every other dtype keeps f32 scales).
+enum class ScaleStore : uint8_t { F16, BF16, F32 };
+
+// torch.finfo(dtype).eps of the scale dtype: what a zero scale becomes.
+QF_HD inline float scale_store_eps(ScaleStore t) {
+  return t == ScaleStore::F16 ? 0.0009765625f : (t == ScaleStore::BF16 ? 0.0078125f : 1.1920929e-7f);
+}
+
+// A positive f32 scale rounded (RNE) to its store: zero, negative or NaN ->
+// eps; above the largest finite value -> that value; a result that rounds
+// to zero -> eps.
+QF_HD inline float round_scale_to(float s, ScaleStore t) {
+  const float eps = scale_store_eps(t);
+  if (!(s > 0.0f)) return eps;
+  float r;
+  if (t == ScaleStore::F16) {
+    r = f16_to_f32(f32_to_f16(s < 65504.0f ? s : 65504.0f));
+  } else if (t == ScaleStore::BF16) {
+    r = bf16_to_f32(f32_to_bf16(s < 3.38953139e38f ? s : 3.38953139e38f));
+  } else {
+    r = s < 3.40282347e38f ? s : 3.40282347e38f;
+  }
+  return r > 0.0f ? r : eps;
+}
+
+// (scale, zero) for the range [lo, hi] (lo <= 0 <= hi), the scale rounded
+// to its store before the zero point is computed from it (rtn.h).
+QF_HD inline GroupParams params_for_range(float lo, float hi, bool symmetric, int32_t qmax, ScaleStore t) {
+  GroupParams p{};
+  if (symmetric) {
+    const float amax = -lo > hi ? -lo : hi;
+    p.scale = round_scale_to(amax / (static_cast<float>(qmax) / 2.0f), t);
+    p.zero = (qmax + 1) / 2;  // 2^(bits-1)
+  } else {
+    p.scale = round_scale_to((hi - lo) / static_cast<float>(qmax), t);
+    const float z = round_half_even(-lo / p.scale);
+    const float hi_z = static_cast<float>(qmax);
+    p.zero = static_cast<int32_t>(z < 0.0f ? 0.0f : (hi_z < z ? hi_z : z));
+  }
+  return p;
+}
 
 // Unsigned code: clamp(round(x / scale) + zero, 0, qmax); NaN gives the zero
 // point (the code of 0). `scale` > 0; codes fit 8 bits (qmax <= 255).

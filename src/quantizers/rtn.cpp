@@ -14,18 +14,7 @@ namespace {
 
 // (scale, zero) for the range [lo, hi] (lo <= 0 <= hi), scale rounded first.
 GroupParams params_for_range(float lo, float hi, const QuantScheme& s) {
-  GroupParams p{};
-  const int32_t qmax = s.qmax();
-  if (s.symmetric) {
-    const float amax = std::max(-lo, hi);
-    p.scale = round_scale(amax / (static_cast<float>(qmax) / 2.0f), s.scale_dtype);
-    p.zero = s.sym_zero();
-  } else {
-    p.scale = round_scale((hi - lo) / static_cast<float>(qmax), s.scale_dtype);
-    const float z = std::nearbyint(-lo / p.scale);
-    p.zero = static_cast<int32_t>(std::clamp(z, 0.0f, static_cast<float>(qmax)));
-  }
-  return p;
+  return hd::params_for_range(lo, hi, s.symmetric, s.qmax(), scale_store(s.scale_dtype));
 }
 
 // One group of values: x[0], x[stride], ..., x[(n-1)*stride].
@@ -111,31 +100,13 @@ GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantSch
 
 const char* observer_name(RangeObserver o) { return o == RangeObserver::Mse ? "mse" : "minmax"; }
 
-float scale_dtype_eps(DType dt) {
-  switch (dt) {
-    case DType::F16: return 0.0009765625f;  // 2^-10
-    case DType::BF16: return 0.0078125f;    // 2^-7
-    default: return std::numeric_limits<float>::epsilon();
-  }
+hd::ScaleStore scale_store(DType dt) {
+  return dt == DType::F16 ? hd::ScaleStore::F16 : (dt == DType::BF16 ? hd::ScaleStore::BF16 : hd::ScaleStore::F32);
 }
 
-float round_scale(float s, DType dt) {
-  const float eps = scale_dtype_eps(dt);
-  if (!(s > 0.0f)) return eps;  // zero, negative or NaN
-  float r = s;
-  switch (dt) {
-    case DType::F16:
-      r = f16_to_f32(f32_to_f16(std::min(s, 65504.0f)));
-      break;
-    case DType::BF16:
-      r = bf16_to_f32(f32_to_bf16(std::min(s, 3.38953139e38f)));
-      break;
-    default:
-      r = std::min(s, std::numeric_limits<float>::max());
-      break;
-  }
-  return r > 0.0f ? r : eps;
-}
+float scale_dtype_eps(DType dt) { return hd::scale_store_eps(scale_store(dt)); }
+
+float round_scale(float s, DType dt) { return hd::round_scale_to(s, scale_store(dt)); }
 
 uint8_t quantize_value(float x, GroupParams p, const QuantScheme& s) {
   return hd::quantize_int(x, p.scale, p.zero, s.qmax());

@@ -58,12 +58,7 @@ struct MseOptions {
 QuantizedTensor quantize_rtn(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
                              RangeObserver obs = RangeObserver::MinMax, const MseOptions& mse = {});
 
-// The group quantizer shared by RTN and GPTQ.
-struct GroupParams {
-  float scale;   // already rounded to the scheme's scale_dtype, > 0
-  int32_t zero;  // unsigned zero point in [0, qmax]
-};
-
+// The group quantizer shared by RTN and GPTQ: GroupParams (int_quant.h).
 // Fits (scale, zero) to the n values x[0], x[stride], ..., x[(n-1)*stride].
 GroupParams fit_group(const float* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
                       const MseOptions& mse = {});
@@ -79,7 +74,9 @@ inline float dequantize_value(uint8_t q, GroupParams p) { return hd::dequantize_
 
 // Rounds a positive f32 scale to `dt` (F16, BF16 or F32) with the conventions
 // above (zero -> dtype eps, overflow -> largest finite, NaN -> eps).
+// (hd::round_scale_to of int_quant.h, shared with the device code.)
 float round_scale(float s, DType dt);
 float scale_dtype_eps(DType dt);
+hd::ScaleStore scale_store(DType dt);  // F16, BF16, else F32
 
 }  // namespace qf

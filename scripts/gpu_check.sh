@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What a user with an NVIDIA GPU runs to check the cuda build on it:
+#   scripts/gpu_check.sh [--skip-8b]
+#  1. builds with CUDA (build-cuda/, QF_CUDA=ON: fails without nvcc);
+#  2. runs the device tests (Device*): with a GPU, none of the cuda cases may
+#     be skipped;
+#  3. quantizes the fixture with --device cuda and --device cpu: RTN, FP8
+#     and NVFP4 must be byte-identical, GPTQ's KL divergence against the
+#     f16 fixture within 5% of the CPU's (or 1e-4);
+#  4. times GPTQ (Hessian + algorithm) of Llama-3-8B-shaped layers on cuda:
+#     4096 x 4096 (q_proj) and 4096 x 14336 (down_proj) with 128 x 2048
+#     calibration tokens (--skip-8b leaves this out);
+#  5. quantizes the TinyLlama-shaped synthetic model (1.1B, random weights)
+#     with W4A16 GPTQ on cuda and on cpu and prints both times.
+# Expected output: "gpu_check: all checks passed" and the timings (see
+# docs/benchmarks.md, "GPU"). Exit 0 when every check passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+skip_8b=0
+[[ "${1:-}" == "--skip-8b" ]] && skip_8b=1
+scripts/setup.sh
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQF_CUDA=ON >/dev/null
+cmake --build build-cuda -j "$(nproc)" --target quantforge qf_tests qf_gptq_device_bench
+Q=build-cuda/bin/quantforge
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+
+echo "== device tests"
+build-cuda/bin/qf_tests --gtest_filter='Device*' | tee "$work/tests.txt"
+if grep -q "no CUDA device" "$work/tests.txt"; then
+  echo "gpu_check: FAIL: the CUDA cases were skipped: no usable GPU"; exit 1
+fi
+
+echo "== fixture: cuda against cpu"
+fx=tests/data/fixture-llama
+calib=tests/data/text/calibration.txt
+evaltxt=tests/data/text/evaluation.txt
+for r in w4-rtn fp8 nvfp4 w4-gptq; do
+  for d in cpu cuda; do
+    /usr/bin/time -f "$r $d %e s" "$Q" -q quantize "$fx" --recipe tests/data/recipes/$r.yaml --calib "$calib" \
+      -o "$work/$d-$r" --device "$d" >/dev/null
+  done
+  if [[ $r != w4-gptq ]]; then
+    if cmp -s "$work/cpu-$r/model.safetensors" "$work/cuda-$r/model.safetensors"; then echo "ok: $r byte-identical"
+    else echo "FAIL: $r differs between cuda and cpu"; fails=$((fails + 1)); fi
+  fi
+done
+for d in cpu cuda; do
+  "$Q" -q eval "$work/$d-w4-gptq" --text "$evaltxt" --baseline "$fx" --json "$work/$d-eval.json" >/dev/null
+done
+/usr/bin/python3 - "$work/cpu-eval.json" "$work/cuda-eval.json" <<'PYEOF' || fails=$((fails + 1))
+import json, sys
+cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
+kc, kg = cpu["kld"]["mean"], gpu["kld"]["mean"]
+print(f"GPTQ KL vs f16: cpu {kc:.6f}, cuda {kg:.6f}")
+assert kg == kg and kg <= max(1.05 * kc, kc + 1e-4), "cuda GPTQ is worse than cpu GPTQ"
+print("ok: GPTQ on cuda as good as on cpu")
+PYEOF
+
+if [[ $skip_8b -eq 0 ]]; then
+  echo "== GPTQ, Llama-3-8B-shaped layers, 128 x 2048 calibration tokens (cuda)"
+  build-cuda/bin/qf_gptq_device_bench 4096 4096 262144 cuda
+  build-cuda/bin/qf_gptq_device_bench 4096 14336 262144 cuda
+fi
+
+echo "== TinyLlama-shaped synthetic model, W4A16 GPTQ"
+model=build-cuda/tinyllama-synth
+[[ -f $model/model.safetensors ]] || /usr/bin/python3 scripts/bench/make_synthetic_model.py "$model"
+for d in cuda cpu; do
+  /usr/bin/time -f "tinyllama w4a16-gptq on $d: %e s wall, %M KiB peak RSS" "$Q" -q quantize "$model" \
+    --recipe recipes/w4a16-gptq.yaml -o "$work/tiny-$d" --device "$d" >/dev/null
+done
+
+if [[ $fails -ne 0 ]]; then echo "gpu_check: $fails check(s) failed"; exit 1; fi
+echo "gpu_check: all checks passed"

@@ -1,0 +1,111 @@
+// Dense algebra for device sources, with exactly cuBLAS's and cuSOLVER's
+// calling conventions: column-major matrices, op(A) = A or A^T, leading
+// dimensions, the triangle a routine reads (uplo). Pointers are device
+// pointers (raw() of a dvec).
+//
+// The cuda build (cuda/blas.cu) calls cuBLAS and cuSOLVER; the host build
+// (blas_host.cpp) implements the same contract with Eigen, reading only
+// what cuBLAS would read (the uplo triangle, the first rows of each
+// leading-dimension column), so a wrong leading dimension, transpose or
+// triangle gives a wrong answer on the CPU too. Both check the arguments
+// the way cuBLAS does (CUBLAS_STATUS_INVALID_VALUE) and throw
+// qf::Error(Internal) naming the routine and the argument.
+//
+// The host build splits work into fixed column chunks, so its results do
+// not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "device/exec.h"
+
+namespace qf::QF_DEV_NS {
+
+enum class Op { N, T };
+enum class Uplo { Lower, Upper };
+enum class Side { Left, Right };
+enum class Diag { NonUnit, Unit };
+
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // C = alpha op(A) op(B) + beta C. op(A) is m x k, op(B) k x n, C m x n.
+  // beta == 0: C is not read (NaN in C does not propagate).
+  void gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda,
+            const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+  void gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+  // The `uplo` triangle of the n x n C := alpha op(A) op(A)^T + beta C, with
+  // op(A) n x k (trans N: A is n x k; T: A is k x n, C = alpha A^T A + beta C).
+  // The other triangle is neither read nor written.
+  void syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, double beta,
+            double* C, int64_t ldc);
+
+  // Cholesky factorization in place of the `uplo` triangle of the n x n A:
+  // Lower: A = L L^T, L written to the lower triangle; Upper: A = U^T U.
+  // The other triangle is neither read nor written. Returns cuSOLVER's
+  // info: 0 on success, i > 0 when the leading minor of order i is not
+  // positive definite (the factor is then incomplete).
+  int potrf(Uplo uplo, int64_t n, double* A, int64_t lda);
+
+  // Solves op(A) X = alpha B (Left) or X op(A) = alpha B (Right) for the
+  // m x n X, which overwrites B. A is triangular (its `uplo` triangle is
+  // read; Unit: its diagonal is taken as ones and not read), m x m (Left) or
+  // n x n (Right).
+  void trsm(Side side, Uplo uplo, Op ta, Diag diag, int64_t m, int64_t n, double alpha, const double* A,
+            int64_t lda, double* B, int64_t ldb);
+
+ private:
+  void* handle_ = nullptr;    // cublasHandle_t (cuda build)
+  void* solver_ = nullptr;    // cusolverDnHandle_t (cuda build)
+};
+
+#if defined(__CUDACC__)
+// Loads cuBLAS and cuSOLVER and resolves every entry point Blas uses
+// (Unsupported naming the library or symbol otherwise); a Blas does it too.
+void load_blas_libraries();
+#endif
+
+// cuBLAS's argument checks, shared by both builds: qf::Error(Internal)
+// "<routine>: <argument> = <value> ..." for a negative size or a leading
+// dimension below max(1, rows of the stored matrix).
+inline void check_blas_arg(const char* routine, const char* arg, int64_t value, int64_t least) {
+  if (value >= least) return;
+  throw Error(ErrorKind::Internal, std::string(routine) + ": " + arg + " = " + std::to_string(value) +
+                                       ", cuBLAS needs at least " + std::to_string(least));
+}
+inline int64_t at_least_1(int64_t v) { return v > 1 ? v : 1; }
+
+inline void check_gemm_args(Op ta, Op tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  check_blas_arg("gemm", "m", m, 0);
+  check_blas_arg("gemm", "n", n, 0);
+  check_blas_arg("gemm", "k", k, 0);
+  check_blas_arg("gemm", "lda", lda, at_least_1(ta == Op::N ? m : k));
+  check_blas_arg("gemm", "ldb", ldb, at_least_1(tb == Op::N ? k : n));
+  check_blas_arg("gemm", "ldc", ldc, at_least_1(m));
+}
+inline void check_syrk_args(Op trans, int64_t n, int64_t k, int64_t lda, int64_t ldc) {
+  check_blas_arg("syrk", "n", n, 0);
+  check_blas_arg("syrk", "k", k, 0);
+  check_blas_arg("syrk", "lda", lda, at_least_1(trans == Op::N ? n : k));
+  check_blas_arg("syrk", "ldc", ldc, at_least_1(n));
+}
+inline void check_potrf_args(int64_t n, int64_t lda) {
+  check_blas_arg("potrf", "n", n, 0);
+  check_blas_arg("potrf", "lda", lda, at_least_1(n));
+}
+inline void check_trsm_args(Side side, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
+  check_blas_arg("trsm", "m", m, 0);
+  check_blas_arg("trsm", "n", n, 0);
+  check_blas_arg("trsm", "lda", lda, at_least_1(side == Side::Left ? m : n));
+  check_blas_arg("trsm", "ldb", ldb, at_least_1(m));
+}
+
+}  // namespace qf::QF_DEV_NS

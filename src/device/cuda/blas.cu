@@ -1,0 +1,162 @@
+// The cuda build of blas.h: cuBLAS (64-bit size API) and cuSOLVER, loaded
+// with dlopen the first time a Blas is made. Linking them would map several
+// hundred MiB of libraries into every run of the CLI (even `--version`),
+// GPU or not; loaded on use, only runs on the GPU pay for them.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "device/blas.h"
+
+namespace qf::cuda {
+
+namespace {
+
+void check(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(st == CUBLAS_STATUS_NOT_INITIALIZED ? ErrorKind::Unsupported : ErrorKind::Internal,
+              std::string("cuBLAS ") + what + " failed with status " + std::to_string(static_cast<int>(st)));
+}
+
+void check(cusolverStatus_t st, const char* what) {
+  if (st == CUSOLVER_STATUS_SUCCESS) return;
+  throw Error(st == CUSOLVER_STATUS_NOT_INITIALIZED ? ErrorKind::Unsupported : ErrorKind::Internal,
+              std::string("cuSOLVER ") + what + " failed with status " + std::to_string(static_cast<int>(st)));
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  throw Error(ErrorKind::Io, std::string("CUDA ") + what + ": " + cudaGetErrorString(err));
+}
+
+#define QF_NAME2(x) #x
+#define QF_NAME(x) QF_NAME2(x)  // the exported name behind cublas_v2.h's macros
+
+// The entry points used, resolved from the toolkit's libraries of the major
+// versions this was compiled against.
+struct Libs {
+  decltype(&cublasCreate) create;
+  decltype(&cublasDestroy) destroy;
+  decltype(&cublasDgemm_64) dgemm;
+  decltype(&cublasSgemm_64) sgemm;
+  decltype(&cublasDsyrk_64) dsyrk;
+  decltype(&cublasDtrsm_64) dtrsm;
+  decltype(&cusolverDnCreate) solver_create;
+  decltype(&cusolverDnDestroy) solver_destroy;
+  decltype(&cusolverDnDpotrf_bufferSize) dpotrf_buffer_size;
+  decltype(&cusolverDnDpotrf) dpotrf;
+};
+
+void* open_library(const std::string& name) {
+  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* why = dlerror();
+    throw Error(ErrorKind::Unsupported, "cannot load " + name + " (CUDA toolkit libraries): " + (why ? why : "?"));
+  }
+  return h;
+}
+
+template <class F>
+void resolve(void* lib, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  if (!f) throw Error(ErrorKind::Unsupported, std::string("CUDA library has no ") + name);
+}
+
+const Libs& libs() {
+  static Libs l{};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* blas = open_library("libcublas.so." + std::to_string(CUBLAS_VER_MAJOR));
+    void* solver = open_library("libcusolver.so." + std::to_string(CUSOLVER_VER_MAJOR));
+    resolve(blas, QF_NAME(cublasCreate), l.create);
+    resolve(blas, QF_NAME(cublasDestroy), l.destroy);
+    resolve(blas, QF_NAME(cublasDgemm_64), l.dgemm);
+    resolve(blas, QF_NAME(cublasSgemm_64), l.sgemm);
+    resolve(blas, QF_NAME(cublasDsyrk_64), l.dsyrk);
+    resolve(blas, QF_NAME(cublasDtrsm_64), l.dtrsm);
+    resolve(solver, QF_NAME(cusolverDnCreate), l.solver_create);
+    resolve(solver, QF_NAME(cusolverDnDestroy), l.solver_destroy);
+    resolve(solver, QF_NAME(cusolverDnDpotrf_bufferSize), l.dpotrf_buffer_size);
+    resolve(solver, QF_NAME(cusolverDnDpotrf), l.dpotrf);
+  });
+  if (!l.dpotrf) throw Error(ErrorKind::Unsupported, "the CUDA libraries could not be loaded earlier in this run");
+  return l;
+}
+
+cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+cublasFillMode_t fill(Uplo u) { return u == Uplo::Lower ? CUBLAS_FILL_MODE_LOWER : CUBLAS_FILL_MODE_UPPER; }
+cublasHandle_t H(void* h) { return static_cast<cublasHandle_t>(h); }
+cusolverDnHandle_t S(void* h) { return static_cast<cusolverDnHandle_t>(h); }
+
+}  // namespace
+
+void load_blas_libraries() { libs(); }
+
+Blas::Blas() {
+  const Libs& l = libs();
+  cublasHandle_t h = nullptr;
+  check(l.create(&h), "create");
+  handle_ = h;
+  cusolverDnHandle_t s = nullptr;
+  const cusolverStatus_t st = l.solver_create(&s);
+  if (st != CUSOLVER_STATUS_SUCCESS) {
+    l.destroy(h);
+    check(st, "create");
+  }
+  solver_ = s;
+}
+
+Blas::~Blas() {
+  if (solver_) libs().solver_destroy(S(solver_));
+  if (handle_) libs().destroy(H(handle_));
+}
+
+void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda,
+                const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  check(libs().dgemm(H(handle_), op(ta), op(tb), m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc), "Dgemm");
+}
+
+void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  check(libs().sgemm(H(handle_), op(ta), op(tb), m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc), "Sgemm");
+}
+
+void Blas::syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, double beta,
+                double* C, int64_t ldc) {
+  check_syrk_args(trans, n, k, lda, ldc);
+  check(libs().dsyrk(H(handle_), fill(uplo), op(trans), n, k, &alpha, A, lda, &beta, C, ldc), "Dsyrk");
+}
+
+int Blas::potrf(Uplo uplo, int64_t n, double* A, int64_t lda) {
+  check_potrf_args(n, lda);
+  if (n == 0) return 0;
+  int lwork = 0;
+  check(libs().dpotrf_buffer_size(S(solver_), fill(uplo), static_cast<int>(n), A, static_cast<int>(lda), &lwork),
+        "Dpotrf_bufferSize");
+  dvec<double> work(static_cast<size_t>(lwork > 0 ? lwork : 1));
+  dvec<int> info(1);
+  check(libs().dpotrf(S(solver_), fill(uplo), static_cast<int>(n), A, static_cast<int>(lda), raw(work), lwork,
+                         raw(info)),
+        "Dpotrf");
+  check(cudaDeviceSynchronize(), "potrf");
+  const int i = info[0];
+  if (i < 0) throw Error(ErrorKind::Internal, "cuSOLVER Dpotrf: argument " + std::to_string(-i) + " is invalid");
+  return i;
+}
+
+void Blas::trsm(Side side, Uplo uplo, Op ta, Diag diag, int64_t m, int64_t n, double alpha, const double* A,
+                int64_t lda, double* B, int64_t ldb) {
+  check_trsm_args(side, m, n, lda, ldb);
+  check(libs().dtrsm(H(handle_), side == Side::Left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT, fill(uplo), op(ta),
+                       diag == Diag::Unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT, m, n, &alpha, A, lda, B, ldb),
+        "Dtrsm");
+}
+
+}  // namespace qf::cuda

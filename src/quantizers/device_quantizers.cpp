@@ -1,0 +1,95 @@
+#include "quantizers/device_quantizers.h"
+
+#include <exception>
+#include <new>
+
+#include "core/error.h"
+
+namespace qf {
+
+namespace {
+
+// The cuda build, or one clear Unsupported error saying why it cannot run.
+void require_cuda() {
+  std::string why;
+  if (!device::cuda_usable(&why)) throw unsupported("--device cuda", "no usable CUDA device: " + why);
+}
+
+// Runs a device function; what Thrust or the CUDA runtime throws (device
+// memory exhausted, a failed launch) becomes a qf::Error that says so.
+template <class F>
+auto on_device(device::Kind k, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc& e) {
+    throw Error(ErrorKind::Io, std::string(device::kind_name(k)) + " device: out of memory (" + e.what() + ")");
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Io, std::string(device::kind_name(k)) + " device: " + e.what());
+  }
+}
+
+}  // namespace
+
+QuantizedTensor quantize_rtn_on(device::Kind k, const float* w, int64_t rows, int64_t cols, const QuantScheme& s,
+                                RangeObserver obs, const MseOptions& mse) {
+  switch (k) {
+    case device::Kind::Cpu: return quantize_rtn(w, rows, cols, s, obs, mse);
+    case device::Kind::Host: return on_device(k, [&] { return host::quantize_rtn(w, rows, cols, s, obs, mse); });
+    case device::Kind::Cuda:
+      require_cuda();
+#if QF_HAVE_CUDA
+      return on_device(k, [&] { return cuda::quantize_rtn(w, rows, cols, s, obs, mse); });
+#endif
+      break;
+  }
+  throw Error(ErrorKind::Internal, "quantize_rtn_on: unknown device kind");
+}
+
+QuantizedTensor quantize_fp8_on(device::Kind k, const float* w, int64_t rows, int64_t cols, const QuantScheme& s) {
+  switch (k) {
+    case device::Kind::Cpu: return quantize_fp8(w, rows, cols, s);
+    case device::Kind::Host: return on_device(k, [&] { return host::quantize_fp8(w, rows, cols, s); });
+    case device::Kind::Cuda:
+      require_cuda();
+#if QF_HAVE_CUDA
+      return on_device(k, [&] { return cuda::quantize_fp8(w, rows, cols, s); });
+#endif
+      break;
+  }
+  throw Error(ErrorKind::Internal, "quantize_fp8_on: unknown device kind");
+}
+
+QuantizedTensor quantize_nvfp4_on(device::Kind k, const float* w, int64_t rows, int64_t cols, const QuantScheme& s,
+                                  float global_amax) {
+  switch (k) {
+    case device::Kind::Cpu: return quantize_nvfp4(w, rows, cols, s, global_amax);
+    case device::Kind::Host: return on_device(k, [&] { return host::quantize_nvfp4(w, rows, cols, s, global_amax); });
+    case device::Kind::Cuda:
+      require_cuda();
+#if QF_HAVE_CUDA
+      return on_device(k, [&] { return cuda::quantize_nvfp4(w, rows, cols, s, global_amax); });
+#endif
+      break;
+  }
+  throw Error(ErrorKind::Internal, "quantize_nvfp4_on: unknown device kind");
+}
+
+GptqResult gptq_quantize_on(device::Kind k, const float* w, int64_t rows, int64_t cols,
+                            const std::vector<double>& hessian, const QuantScheme& s, const GptqOptions& opts,
+                            const std::string& name) {
+  switch (k) {
+    case device::Kind::Cpu: return gptq_quantize(w, rows, cols, hessian, s, opts, name);
+    case device::Kind::Host: return on_device(k, [&] { return host::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
+    case device::Kind::Cuda:
+      require_cuda();
+#if QF_HAVE_CUDA
+      return on_device(k, [&] { return cuda::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
+#endif
+      break;
+  }
+  throw Error(ErrorKind::Internal, "gptq_quantize_on: unknown device kind");
+}
+
+}  // namespace qf

@@ -1,0 +1,331 @@
+// The device quantizers against the CPU reference, on shapes that are not
+// multiples of anything the code blocks by. The host build always runs; the
+// cuda build runs the same cases when a CUDA device is usable and skips,
+// saying why, when it is not.
+#include "quantizers/device_quantizers.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace qf {
+namespace {
+
+using AO = GptqOptions::ActOrder;
+
+std::vector<float> weights(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& x : w) x = g(rng);
+  // an outlier column, an all-zero row and a zero group: the edge cases of the ranges
+  for (int64_t r = 0; r < rows; ++r) w[static_cast<size_t>(r * cols + 3)] *= 20.0f;
+  std::fill(w.begin() + cols, w.begin() + 2 * cols, 0.0f);
+  return w;
+}
+
+void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+  ASSERT_EQ(a.q.size(), b.q.size()) << what;
+  int64_t diff = 0;
+  for (size_t i = 0; i < a.q.size(); ++i) diff += a.q[i] != b.q[i];
+  EXPECT_EQ(diff, 0) << what << ": codes differ";
+  ASSERT_EQ(a.scales.size(), b.scales.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.scales.data(), b.scales.data(), a.scales.size() * sizeof(float))) << what << ": scales";
+  EXPECT_EQ(a.zeros, b.zeros) << what << ": zeros";
+  EXPECT_EQ(a.g_idx, b.g_idx) << what << ": g_idx";
+  EXPECT_EQ(hd::bits_of(a.global_scale), hd::bits_of(b.global_scale)) << what << ": global scale";
+}
+
+std::vector<device::Kind> device_kinds() {
+  std::vector<device::Kind> k{device::Kind::Host};
+  if (device::cuda_usable(nullptr)) k.push_back(device::Kind::Cuda);
+  return k;
+}
+
+TEST(DeviceQuantizers, CudaBuildRunsWhereAGpuIs) {
+  std::string why;
+  if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device, the cuda build's cases are skipped: " << why;
+  SUCCEED();
+}
+
+TEST(DeviceQuantizers, CudaLibrariesLoadWithEveryEntryPoint) {
+#if QF_HAVE_CUDA
+  std::string why;
+  EXPECT_TRUE(device::cuda_libraries_load(&why)) << why;
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+TEST(DeviceQuantizers, RtnIsBitIdentical) {
+  struct Case {
+    int64_t rows, cols;
+    QuantScheme s;
+  };
+  const std::vector<Case> cases = {
+      {37, 1000, QuantScheme::make(4, true, QuantStrategy::Group, 40)},
+      {37, 1000, QuantScheme::make(4, false, QuantStrategy::Group, 125, DType::BF16)},
+      {29, 689, QuantScheme::make(8, true, QuantStrategy::Channel, 128, DType::F32)},
+      {29, 689, QuantScheme::make(3, false, QuantStrategy::Channel)},
+      {13, 688, QuantScheme::make(8, false, QuantStrategy::Tensor)},
+  };
+  for (device::Kind k : device_kinds())
+    for (const Case& c : cases) {
+      std::vector<float> w = weights(c.rows, c.cols, 11);
+      w[17] = std::numeric_limits<float>::quiet_NaN();  // NaN gets the zero point on both
+      const std::string what = std::string(device::kind_name(k)) + " " + c.s.describe();
+      expect_same(quantize_rtn(w.data(), c.rows, c.cols, c.s),
+                  quantize_rtn_on(k, w.data(), c.rows, c.cols, c.s), what);
+    }
+}
+
+TEST(DeviceQuantizers, Fp8AndNvfp4AreBitIdentical) {
+  for (device::Kind k : device_kinds()) {
+    const std::string dev = device::kind_name(k);
+    const std::vector<float> w = weights(31, 1008, 12);
+    for (const QuantScheme& s : {QuantScheme::fp8(QuantStrategy::Tensor), QuantScheme::fp8(QuantStrategy::Channel, DType::BF16),
+                                 QuantScheme::fp8(QuantStrategy::Group, DType::F16, 48)})
+      expect_same(quantize_fp8(w.data(), 31, 1008, s), quantize_fp8_on(k, w.data(), 31, 1008, s), dev + " " + s.describe());
+    expect_same(quantize_nvfp4(w.data(), 31, 1008, QuantScheme::nvfp4()),
+                quantize_nvfp4_on(k, w.data(), 31, 1008, QuantScheme::nvfp4()), dev + " nvfp4");
+    expect_same(quantize_nvfp4(w.data(), 31, 1008, QuantScheme::nvfp4(), 3.5f),
+                quantize_nvfp4_on(k, w.data(), 31, 1008, QuantScheme::nvfp4(), 3.5f), dev + " nvfp4 shared amax");
+    std::vector<float> bad = w;
+    bad[500] = std::numeric_limits<float>::infinity();
+    for (bool nv : {false, true}) {
+      try {
+        if (nv) quantize_nvfp4_on(k, bad.data(), 31, 1008, QuantScheme::nvfp4());
+        else quantize_fp8_on(k, bad.data(), 31, 1008, QuantScheme::fp8(QuantStrategy::Channel));
+        ADD_FAILURE() << dev << ": a non-finite weight was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+        EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// A Hessian from correlated inputs (random mixing, a few loud columns, one
+// dead column), as calibration gives.
+std::vector<double> hessian(int64_t cols, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<double> z(static_cast<size_t>(n * cols)), x(static_cast<size_t>(n * cols), 0.0);
+  for (auto& v : z) v = g(rng);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = z[static_cast<size_t>(t * cols + c)];
+      if (c > 0) s += 0.7 * z[static_cast<size_t>(t * cols + c - 1)];
+      if (c % 23 == 0) s *= 6.0;
+      x[static_cast<size_t>(t * cols + c)] = c == 5 ? 0.0 : s;
+    }
+  std::vector<double> h(static_cast<size_t>(cols * cols), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < cols; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        h[static_cast<size_t>(i * cols + j)] += 2.0 / n * x[static_cast<size_t>(t * cols + i)] * x[static_cast<size_t>(t * cols + j)];
+  return h;
+}
+
+// Share of codes that differ between two results of the same shape.
+double disagreement(const QuantizedTensor& a, const QuantizedTensor& b) {
+  int64_t diff = 0;
+  for (size_t i = 0; i < a.q.size(); ++i) diff += a.q[i] != b.q[i];
+  return static_cast<double>(diff) / static_cast<double>(a.q.size());
+}
+
+struct GptqCase {
+  QuantScheme s;
+  AO order;
+  int64_t block;
+};
+
+std::vector<GptqCase> gptq_cases() {
+  return {
+      {QuantScheme::make(4, true, QuantStrategy::Group, 50), AO::None, 64},    // block not a multiple of the group
+      {QuantScheme::make(4, true, QuantStrategy::Group, 50), AO::Static, 32},
+      {QuantScheme::make(4, false, QuantStrategy::Group, 25, DType::BF16), AO::Group, 40},
+      {QuantScheme::make(4, true, QuantStrategy::Group, 50), AO::Weight, 128},
+      {QuantScheme::make(8, true, QuantStrategy::Channel), AO::Group, 37},
+      {QuantScheme::make(3, false, QuantStrategy::Tensor, 128, DType::F32), AO::None, 128},
+  };
+}
+
+// The host build runs the same doubles in the same order as the CPU
+// reference: its codes and scales are identical (the shared gptq_row_block
+// per row; Eigen's GEMM gives the lazy updates the same sums for all rows at
+// once as for the reference's 16-row chunks). The cuda build's cuBLAS GEMM
+// sums in another order, and a code flips where a value sits within rounding
+// of a decision boundary (then later refits may move too): at most 0.2% of
+// the codes, with the loss within 1e-6.
+void expect_gptq_agrees(device::Kind k, int64_t rows, int64_t cols, const GptqCase& c, uint32_t seed) {
+  const std::vector<float> w = weights(rows, cols, seed);
+  const std::vector<double> h = hessian(cols, 400, seed + 1);
+  GptqOptions o;
+  o.actorder = c.order;
+  o.block_size = c.block;
+  const std::string what = std::string(device::kind_name(k)) + " [" + std::to_string(rows) + ", " +
+                           std::to_string(cols) + "] " + c.s.describe() + " actorder " + actorder_name(c.order) +
+                           " block " + std::to_string(c.block);
+  const GptqResult cpu = gptq_quantize(w.data(), rows, cols, h, c.s, o, "layer");
+  const GptqResult dev = gptq_quantize_on(k, w.data(), rows, cols, h, c.s, o, "layer");
+  ASSERT_TRUE(cpu.fallback.empty()) << what << ": " << cpu.fallback;
+  EXPECT_TRUE(dev.fallback.empty()) << what << ": " << dev.fallback;
+  EXPECT_EQ(dev.damp_used, cpu.damp_used) << what;
+  ASSERT_GT(cpu.loss, 0.0) << what;
+  if (k == device::Kind::Host) {
+    expect_same(cpu.q, dev.q, what);
+    EXPECT_NEAR(dev.loss, cpu.loss, 1e-12 * cpu.loss) << what << " (the same terms summed by row)";
+  } else {
+    EXPECT_EQ(dev.q.g_idx, cpu.q.g_idx) << what;
+    EXPECT_LE(disagreement(cpu.q, dev.q), 0.002) << what;
+    EXPECT_NEAR(dev.loss, cpu.loss, 1e-6 * cpu.loss) << what;
+  }
+}
+
+TEST(DeviceQuantizers, GptqAgreesWithTheCpuReference) {
+  for (device::Kind k : device_kinds())
+    for (const GptqCase& c : gptq_cases()) expect_gptq_agrees(k, 67, 250, c, 13);
+}
+
+TEST(DeviceQuantizers, GptqAgreesOnAWiderLayer) {
+  const GptqCase c{QuantScheme::make(4, true, QuantStrategy::Group, 125), AO::Group, 128};
+  for (device::Kind k : device_kinds()) expect_gptq_agrees(k, 97, 1000, c, 23);
+}
+
+TEST(DeviceQuantizers, GptqHostBuildIsDeterministicAcrossThreadCounts) {
+  const int64_t rows = 70, cols = 200;
+  const std::vector<float> w = weights(rows, cols, 15);
+  const std::vector<double> h = hessian(cols, 300, 16);
+  GptqOptions o;
+  o.actorder = AO::Group;
+  o.block_size = 64;
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 40);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const GptqResult one = host::gptq_quantize(w.data(), rows, cols, h, s, o, "layer");
+  omp_set_num_threads(3);
+  const GptqResult three = host::gptq_quantize(w.data(), rows, cols, h, s, o, "layer");
+  omp_set_num_threads(before);
+  expect_same(one.q, three.q, "1 vs 3 threads");
+  EXPECT_EQ(one.loss, three.loss);
+}
+
+TEST(DeviceQuantizers, GptqFallbacksMatchTheCpu) {
+  const int64_t rows = 20, cols = 64;
+  const std::vector<float> w = weights(rows, cols, 17);
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 32);
+  GptqOptions o;
+  // Non-finite Hessian: RTN with the same message and codes.
+  std::vector<double> h = hessian(cols, 100, 18);
+  h[70] = std::numeric_limits<double>::infinity();
+  // Indefinite and undamped: the schedule's diagonal floors, then success.
+  std::vector<double> indef = hessian(cols, 100, 19);
+  for (int64_t i = 0; i < cols; ++i) indef[static_cast<size_t>(i * cols + i)] *= (i == 9 ? -3.0 : 1.0);
+  GptqOptions undamped;
+  undamped.dampening_frac = 0.0;
+  for (device::Kind k : device_kinds()) {
+    const std::string dev = device::kind_name(k);
+    const GptqResult a = gptq_quantize(w.data(), rows, cols, h, s, o, "layer");
+    const GptqResult b = gptq_quantize_on(k, w.data(), rows, cols, h, s, o, "layer");
+    ASSERT_FALSE(a.fallback.empty());
+    EXPECT_EQ(a.fallback, b.fallback) << dev;
+    expect_same(a.q, b.q, dev + " RTN fallback");
+    const GptqResult c = gptq_quantize(w.data(), rows, cols, indef, s, undamped, "layer");
+    const GptqResult d = gptq_quantize_on(k, w.data(), rows, cols, indef, s, undamped, "layer");
+    EXPECT_EQ(c.fallback, d.fallback) << dev;
+    EXPECT_EQ(c.damp_used, d.damp_used) << dev;
+  }
+}
+
+// The device Hessian against the CPU accumulator, rows added in uneven batches.
+template <class Sum>
+void expect_hessian_matches(Sum& dev, const std::string& what) {
+  const int64_t cols = 77, n = 700;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (auto& v : x) v = g(rng);
+  for (int64_t t = 0; t < n; ++t) x[static_cast<size_t>(t * cols + 4)] *= 30.0f;  // a loud channel
+  HessianAccumulator cpu(cols);
+  cpu.add(x.data(), n, cols);
+  cpu.finish();
+  int64_t done = 0;
+  for (int64_t batch : {100, 1, 313, 286}) {
+    dev.add(x.data() + done * cols, batch);
+    done += batch;
+  }
+  ASSERT_EQ(done, n);
+  EXPECT_EQ(dev.samples(), n);
+  const std::vector<double> a = cpu.matrix(), b = dev.matrix();
+  ASSERT_EQ(a.size(), b.size());
+  for (int64_t i = 0; i < cols; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t k = static_cast<size_t>(i * cols + j);
+      // each entry: a sum of n products; scale by the diagonal entries it is bounded by
+      const double bound = std::sqrt(a[static_cast<size_t>(i * cols + i)] * a[static_cast<size_t>(j * cols + j)]);
+      ASSERT_NEAR(b[k], a[k], 1e-12 * bound) << what << " H[" << i << "," << j << "]";
+      ASSERT_EQ(b[k], b[static_cast<size_t>(j * cols + i)]) << what << ": not symmetric";
+    }
+}
+
+TEST(DeviceQuantizers, HessianMatchesTheCpuAccumulator) {
+  host::HessianSum h(77);
+  EXPECT_THROW(h.matrix(), Error);  // no samples: an error, never a zero matrix
+  expect_hessian_matches(h, "host");
+}
+
+TEST(DeviceQuantizers, HessianOnCudaMatchesTheCpuAccumulator) {
+  std::string why;
+  if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+#if QF_HAVE_CUDA
+  cuda::HessianSum c(77);
+  expect_hessian_matches(c, "cuda");
+#endif
+}
+
+TEST(DeviceQuantizers, MseObserverIsRefusedNotApproximated) {
+  const std::vector<float> w = weights(4, 64, 20);
+  const QuantScheme s = QuantScheme::make(4, true, QuantStrategy::Group, 32);
+  try {
+    quantize_rtn_on(device::Kind::Host, w.data(), 4, 64, s, RangeObserver::Mse);
+    FAIL() << "mse accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+  }
+  GptqOptions o;
+  o.observer = RangeObserver::Mse;
+  EXPECT_THROW(gptq_quantize_on(device::Kind::Host, w.data(), 4, 64, hessian(64, 80, 21), s, o, "layer"), Error);
+}
+
+TEST(DeviceQuantizers, CudaWithoutADeviceIsOneClearError) {
+  std::string why;
+  if (device::cuda_usable(&why)) GTEST_SKIP() << "a CUDA device is usable here";
+  const std::vector<float> w = weights(4, 64, 22);
+  try {
+    quantize_rtn_on(device::Kind::Cuda, w.data(), 4, 64, QuantScheme::make(4, true, QuantStrategy::Group, 32));
+    FAIL() << "ran on a CUDA device that is not there";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+  }
+  try {
+    device::resolve("cuda", "--device");
+    FAIL() << "resolve accepted cuda";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(device::resolve("auto", "--device"), device::Kind::Cpu);
+  EXPECT_THROW(device::resolve("gpu", "--device"), Error);
+}
+
+}  // namespace
+}  // namespace qf

@@ -1,0 +1,299 @@
+// GPTQ on the device: the algorithm of gptq.h with the same shared steps
+// (gptq_check, gptq_columns, gptq_damp: cheap per-column bookkeeping on the
+// host) and the heavy ones on the device:
+//   - H permuted, damped and reversed (J H J) by one functor per element;
+//   - Cholesky (potrf, lower) and L^-1 (trsm against I), then
+//     Hinv[i, j] = L^-1[n-1-i, n-1-j] (upper), as inverse_cholesky_upper;
+//   - the column loop: the working weight is column-major (rows x cols,
+//     leading dimension rows) so that one index per row walks a block with
+//     neighbouring rows side by side in memory; each row runs the shared
+//     hd::gptq_row_block, and the lazy update of the columns after a block
+//     is one GEMM: W[:, i2:] -= Err * Hinv[i1:i2, i2:], with Hinv row-major
+//     read as its column-major transpose (op T, leading dimension cols).
+// In double, as the CPU reference. Observer: min-max only (the mse search
+// runs on the CPU).
+#include <cmath>
+
+#include "core/error.h"
+#include "device/blas.h"
+#include "device/exec.h"
+#include "quantizers/device_quantizers.h"
+#include "quantizers/gptq_row.h"
+
+namespace qf::QF_DEV_NS {
+
+namespace {
+
+// Column j (processing order) of the working weight: original column perm[j]
+// of w, zero when dead.
+struct LoadWeight {
+  const float* w;
+  const int64_t* perm;
+  const char* dead;
+  double* W;
+  int64_t rows, cols;
+  QF_HD void operator()(int64_t i) const {
+    const int64_t j = i / rows, r = i % rows, c = perm[j];
+    W[i] = dead[c] ? 0.0 : static_cast<double>(w[r * cols + c]);
+  }
+};
+
+// A := J P^T (H + add I) P J, column-major n x n, P the processing order.
+struct DampedReversed {
+  const double* H;
+  const double* diag;  // diag(H), dead columns 1
+  const int64_t* perm;
+  double* A;
+  int64_t n;
+  double add;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t i = idx % n, j = idx / n;          // A(i, j)
+    const int64_t pi = perm[n - 1 - i], pj = perm[n - 1 - j];
+    A[idx] = i == j ? diag[pj] + add : H[pj * n + pi];
+  }
+};
+
+struct BadPivot {
+  const double* A;
+  int64_t n;
+  QF_HD bool operator()(int64_t i) const {
+    const double v = A[i * n + i];
+    return !(v > 0.0) || !(v - v == 0.0);  // not positive, or inf/NaN
+  }
+};
+
+struct SetIdentity {
+  double* B;
+  int64_t n;
+  QF_HD void operator()(int64_t idx) const { B[idx] = idx % n == idx / n ? 1.0 : 0.0; }
+};
+
+// U row-major: U[i * n + j] = B(n-1-i, n-1-j) for j >= i, else 0 (B = L^-1
+// column-major).
+struct ReverseToUpper {
+  const double* B;
+  double* U;
+  int64_t n;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t i = idx / n, j = idx % n;
+    U[idx] = j < i ? 0.0 : B[(n - 1 - i) + (n - 1 - j) * n];
+  }
+};
+
+struct BadFactor {
+  const double* U;
+  int64_t n;
+  QF_HD bool operator()(int64_t idx) const {
+    const double v = U[idx];
+    if (!(v - v == 0.0)) return true;
+    return idx / n == idx % n && !(v > 0.0);
+  }
+};
+
+// Min-max fit of one row's values w[c * rows] for c in [c0, c0 + n), as
+// f32 (fit_group on doubles).
+QF_HD inline GroupParams fit_minmax(const double* w, int64_t stride, int64_t n, bool symmetric, int32_t qmax,
+                                    hd::ScaleStore store) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t k = 0; k < n; ++k) {
+    const float v = static_cast<float>(w[k * stride]);
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  return hd::params_for_range(lo, hi, symmetric, qmax, store);
+}
+
+// Groups of gs columns of w's rows (the last may be shorter), one index
+// per (row, group): static groups (on the unpermuted weight, dead columns
+// zeroed) and the channel strategy (gs = cols, dead = null: as given).
+struct FitGroups {
+  const float* w;
+  const char* dead;
+  float* scales;
+  int32_t* zeros;
+  int64_t cols, gs, ng;
+  bool symmetric;
+  int32_t qmax;
+  hd::ScaleStore store;
+  QF_HD void operator()(int64_t i) const {
+    const int64_t r = i / ng, c0 = (i % ng) * gs, n = gs < cols - c0 ? gs : cols - c0;
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = dead && dead[c0 + k] ? 0.0f : w[r * cols + c0 + k];
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    const GroupParams p = hd::params_for_range(lo, hi, symmetric, qmax, store);
+    scales[i] = p.scale;
+    zeros[i] = p.zero;
+  }
+};
+
+// A dynamic group's refit at the block starting at column i1 (processing
+// order) of the working weight; also the group's output parameters.
+struct RefitDynamic {
+  const double* W;
+  float* cur_scale;
+  int32_t* cur_zero;
+  float* scales;
+  int32_t* zeros;
+  int64_t rows, cols, gs, ng, i1;
+  bool symmetric;
+  int32_t qmax;
+  hd::ScaleStore store;
+  QF_HD void operator()(int64_t r) const {
+    const int64_t n = gs < cols - i1 ? gs : cols - i1;
+    const GroupParams p = fit_minmax(W + i1 * rows + r, rows, n, symmetric, qmax, store);
+    cur_scale[r] = p.scale;
+    cur_zero[r] = p.zero;
+    scales[r * ng + i1 / gs] = p.scale;
+    zeros[r * ng + i1 / gs] = p.zero;
+  }
+};
+
+// One row over the block [i1, i2).
+struct BlockRow {
+  double* W;
+  uint8_t* q;
+  const double* U;
+  double* E;
+  double* loss;
+  const int64_t* perm;
+  const float* row_scale;  // per-row parameters (channel, dynamic group), or null
+  const int32_t* row_zero;
+  const float* scales;     // static groups: [rows * ng], or null
+  const int32_t* zeros;
+  GroupParams tensor_p;
+  int64_t rows, cols, gs, ng, i1, i2;
+  int32_t qmax;
+  QF_HD void operator()(int64_t r) const {
+    hd::GptqRowQuantizer rq{tensor_p, nullptr, nullptr, perm, gs, qmax};
+    if (row_scale) rq.fixed = GroupParams{row_scale[r], row_zero[r]};
+    if (scales) {
+      rq.scales = scales + r * ng;
+      rq.zeros = zeros + r * ng;
+    }
+    hd::gptq_row_block(W + r, rows, q + r * cols, U, cols, E + r, rows, i1, i2, rq, loss + r);
+  }
+};
+
+}  // namespace
+
+GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                         const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
+  using AO = GptqOptions::ActOrder;
+  gptq_check(w, rows, cols, hessian, scheme, opts, name);
+  if (opts.observer != RangeObserver::MinMax)
+    throw unsupported(name, "GPTQ with the mse observer has no device version yet (run it with --device cpu)");
+
+  const bool grouped = scheme.strategy == QuantStrategy::Group;
+  const int64_t gs = grouped ? scheme.group_size : cols;
+  const bool act_order = opts.actorder == AO::Group || opts.actorder == AO::Weight;
+  const bool static_groups = grouped && (opts.actorder == AO::Static || opts.actorder == AO::Weight);
+  const bool dynamic_groups = grouped && !static_groups;
+  const bool sym = scheme.symmetric;
+  const int32_t qmax = scheme.qmax();
+  const hd::ScaleStore store = scale_store(scheme.scale_dtype);
+
+  auto rtn_fallback = [&](const std::string& why) {
+    return gptq_rtn_fallback(qf::QF_DEV_NS::quantize_rtn(w, rows, cols, scheme, opts.observer, opts.mse), w, name,
+                             why);
+  };
+  const GptqColumns cc = gptq_columns(hessian, cols, act_order);
+  if (!cc.finite) return rtn_fallback("the Hessian has non-finite entries");
+
+  GptqResult res;
+  QuantizedTensor& out = res.q;
+  out.scheme = scheme;
+  out.rows = rows;
+  out.cols = cols;
+  const int64_t ng = out.n_groups();
+  const int64_t np = out.n_params();
+
+  const dvec<float> dw = upload(w, rows * cols);
+  const dvec<int64_t> dperm = upload(cc.perm.data(), cols);
+  const dvec<char> ddead = upload(cc.dead.data(), cols);
+  const dvec<double> ddiag = upload(cc.diag.data(), cols);
+  dvec<float> dscales(static_cast<size_t>(np), 0.0f);
+  dvec<int32_t> dzeros(static_cast<size_t>(np), 0);
+  dvec<float> row_scale;  // channel parameters, or the current dynamic group's
+  dvec<int32_t> row_zero;
+  GroupParams tensor_p{};
+
+  if (scheme.strategy == QuantStrategy::Tensor) {
+    const Range rg = range_of(raw(dw), rows * cols);
+    tensor_p = hd::params_for_range(rg.lo, rg.hi, sym, qmax, store);
+    dscales[0] = tensor_p.scale;
+    dzeros[0] = tensor_p.zero;
+  } else if (scheme.strategy == QuantStrategy::Channel || dynamic_groups) {
+    row_scale.resize(static_cast<size_t>(rows));
+    row_zero.resize(static_cast<size_t>(rows));
+    if (scheme.strategy == QuantStrategy::Channel) {
+      for_each_index(rows, FitGroups{raw(dw), nullptr, raw(row_scale), raw(row_zero), cols, cols, 1, sym, qmax, store});
+      thrust::copy(row_scale.begin(), row_scale.end(), dscales.begin());
+      thrust::copy(row_zero.begin(), row_zero.end(), dzeros.begin());
+    }
+  }
+  if (static_groups)
+    for_each_index(rows * ng, FitGroups{raw(dw), raw(ddead), raw(dscales), raw(dzeros), cols, gs, ng, sym, qmax, store});
+
+  // Working weight, column-major in processing order.
+  dvec<double> W(static_cast<size_t>(rows * cols));
+  for_each_index(rows * cols, LoadWeight{raw(dw), raw(dperm), raw(ddead), raw(W), rows, cols});
+
+  // Damped inverse Cholesky with the shared fallback schedule.
+  Blas blas;
+  const dvec<double> H = upload(hessian.data(), cols * cols);
+  dvec<double> A(static_cast<size_t>(cols * cols)), B(static_cast<size_t>(cols * cols));
+  const GptqDamping damping = gptq_damp(opts.dampening_frac, cc.max_diag, [&](double frac, double floor) {
+    for_each_index(cols * cols,
+                   DampedReversed{raw(H), raw(ddiag), raw(dperm), raw(A), cols, frac * cc.mean_diag + floor});
+    if (blas.potrf(Uplo::Lower, cols, raw(A), cols) != 0) return false;
+    if (count_if_index(cols, BadPivot{raw(A), cols}) > 0) return false;
+    for_each_index(cols * cols, SetIdentity{raw(B), cols});
+    blas.trsm(Side::Left, Uplo::Lower, Op::N, Diag::NonUnit, cols, cols, 1.0, raw(A), cols, raw(B), cols);
+    for_each_index(cols * cols, ReverseToUpper{raw(B), raw(A), cols});  // A := Hinv, row-major
+    return count_if_index(cols * cols, BadFactor{raw(A), cols}) == 0;
+  });
+  if (!damping.ok) return rtn_fallback("Cholesky of the damped Hessian failed (tried " + damping.tried + ")");
+  gptq_note_damping(res, damping, name);
+  B = dvec<double>();  // free
+  const double* U = raw(A);
+
+  if (grouped && opts.actorder == AO::Group) {
+    out.g_idx.resize(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j)
+      out.g_idx[static_cast<size_t>(cc.perm[static_cast<size_t>(j)])] = static_cast<int32_t>(j / gs);
+  }
+
+  // Column loop.
+  const int64_t bs = opts.block_size;
+  dvec<uint8_t> dq(static_cast<size_t>(rows * cols), 0);
+  dvec<double> E(static_cast<size_t>(rows * (bs < cols ? bs : cols)));
+  dvec<double> loss(static_cast<size_t>(rows), 0.0);
+  for (int64_t i1 = 0; i1 < cols;) {
+    int64_t i2 = i1 + bs < cols ? i1 + bs : cols;
+    if (dynamic_groups && (i1 / gs + 1) * gs < i2) i2 = (i1 / gs + 1) * gs;
+    if (dynamic_groups && i1 % gs == 0)
+      for_each_index(rows, RefitDynamic{raw(W), raw(row_scale), raw(row_zero), raw(dscales), raw(dzeros), rows, cols,
+                                        gs, ng, i1, sym, qmax, store});
+    for_each_index(rows, BlockRow{raw(W), raw(dq), U, raw(E), raw(loss), raw(dperm),
+                                  row_scale.empty() ? nullptr : raw(row_scale),
+                                  row_zero.empty() ? nullptr : raw(row_zero),
+                                  static_groups ? raw(dscales) : nullptr, static_groups ? raw(dzeros) : nullptr,
+                                  tensor_p, rows, cols, gs, ng, i1, i2, qmax});
+    if (i2 < cols)  // W[:, i2:] -= Err * Hinv[i1:i2, i2:]
+      blas.gemm(Op::N, Op::T, rows, cols - i2, i2 - i1, -1.0, raw(E), rows, U + i1 * cols + i2, cols, 1.0,
+                raw(W) + i2 * rows, rows);
+    i1 = i2;
+  }
+  out.q = download(dq);
+  out.scales = download(dscales);
+  out.zeros = download(dzeros);
+  res.loss = 0;  // summed here in row order: the same whatever the thread count
+  for (double l : download(loss)) res.loss += l;
+  res.loss /= 2;
+  return res;
+}
+
+}  // namespace qf::QF_DEV_NS
