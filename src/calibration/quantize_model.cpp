@@ -109,6 +109,17 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                                                    ") has no device version yet; quantize with --device cpu");
   const bool gptq = plan.quantizer == QuantMethod::Gptq;
   const CheckpointFormat& format = *plan.format;
+  if (gptq && job.device != device::Kind::Cpu) {
+    // The largest Linear's device memory, said up front and, on a GPU, checked.
+    const ModelConfig& c = model->config();
+    const int64_t shapes[4][2] = {{c.q_dim(), c.hidden_size}, {c.hidden_size, c.q_dim()},
+                                  {c.intermediate_size, c.hidden_size}, {c.hidden_size, c.intermediate_size}};
+    uint64_t need = 0;
+    for (const auto& sh : shapes) need = std::max(need, gptq_device_bytes(sh[0], sh[1], plan.gptq.block_size));
+    log("device " + std::string(device::kind_name(job.device)) + ": GPTQ needs up to " +
+        std::to_string((need + (1u << 20) - 1) >> 20) + " MiB of device memory per Linear");
+    device::require_device_memory(job.device, need, "quantize " + job.model);
+  }
 
   std::vector<std::vector<int32_t>> samples;
   fs::path calib_used;  // absolute, when calibration data was read

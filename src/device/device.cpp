@@ -7,7 +7,8 @@
 #include "core/cuda/convert.h"
 
 namespace qf::cuda {
-void load_blas_libraries();  // device/cuda/blas.cu
+void load_blas_libraries();                                   // device/cuda/blas.cu
+bool memory_info(uint64_t* free_bytes, uint64_t* total_bytes);  // device/cuda/memory.cu
 }
 #endif
 
@@ -56,6 +57,26 @@ bool cuda_libraries_load(std::string* why) {
   if (why) *why = "this quantforge was built without CUDA";
   return false;
 #endif
+}
+
+bool cuda_memory(uint64_t* free_bytes, uint64_t* total_bytes) {
+#if QF_HAVE_CUDA
+  return cuda_usable(nullptr) && qf::cuda::memory_info(free_bytes, total_bytes);
+#else
+  (void)free_bytes;
+  (void)total_bytes;
+  return false;
+#endif
+}
+
+void require_device_memory(Kind k, uint64_t bytes, const std::string& what) {
+  if (k != Kind::Cuda) return;
+  uint64_t free_bytes = 0, total = 0;
+  if (!cuda_memory(&free_bytes, &total)) throw Error(ErrorKind::Io, what + ": cannot read the GPU's free memory");
+  if (bytes <= free_bytes) return;
+  auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+  throw Error(ErrorKind::Io, what + " needs " + mib(bytes) + " MiB of GPU memory; " + mib(free_bytes) + " MiB of " +
+                                 mib(total) + " MiB are free");
 }
 
 void set_host_threads(int n) {

@@ -8,6 +8,7 @@
 // Plain C++: no Thrust or CUDA type appears here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace qf::device {
@@ -30,6 +31,15 @@ bool cuda_usable(std::string* why);
 // point it calls (they are loaded on first use, not linked); false with the
 // reason when not, or when built without CUDA. Needs no GPU.
 bool cuda_libraries_load(std::string* why);
+
+// Free and total memory of the CUDA device in bytes; false when there is no
+// usable device (or no CUDA build).
+bool cuda_memory(uint64_t* free_bytes, uint64_t* total_bytes);
+
+// Throws qf::Error(Io) "<what> needs N MiB of GPU memory; M MiB of T MiB are
+// free" when `bytes` exceeds the CUDA device's free memory. For other kinds
+// (cpu, host: host memory) it checks nothing.
+void require_device_memory(Kind k, uint64_t bytes, const std::string& what);
 
 // Threads the host build's OpenMP work uses (the CLI's --threads); <= 0 keeps
 // OpenMP's default (all cores).

@@ -32,6 +32,16 @@ auto on_device(device::Kind k, F f) -> decltype(f()) {
 
 }  // namespace
 
+uint64_t gptq_device_bytes(int64_t rows, int64_t cols, int64_t block_size) {
+  const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
+  const uint64_t b = static_cast<uint64_t>(block_size < cols ? block_size : cols);
+  return r * c * (4 + 8 + 1)  // weight f32, working weight f64, codes
+         + 3 * c * c * 8      // Hessian, factor, inverse
+         + r * b * 8          // one block of errors
+         + r * c * 8          // scales and zeros at most one per weight (group size 1)
+         + r * 16 + c * 32;   // per-row parameters and loss, per-column order, flags, diagonal
+}
+
 QuantizedTensor quantize_rtn_on(device::Kind k, const float* w, int64_t rows, int64_t cols, const QuantScheme& s,
                                 RangeObserver obs, const MseOptions& mse) {
   switch (k) {
@@ -84,6 +94,7 @@ GptqResult gptq_quantize_on(device::Kind k, const float* w, int64_t rows, int64_
     case device::Kind::Host: return on_device(k, [&] { return host::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
     case device::Kind::Cuda:
       require_cuda();
+      device::require_device_memory(k, gptq_device_bytes(rows, cols, opts.block_size), name + ": GPTQ");
 #if QF_HAVE_CUDA
       return on_device(k, [&] { return cuda::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
 #endif

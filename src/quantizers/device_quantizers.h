@@ -39,6 +39,11 @@ namespace qf::cuda {
 
 namespace qf {
 
+// Device memory gptq_quantize on the device allocates for one [rows, cols]
+// Linear (the weight in f32 and double, the Hessian and two factor buffers
+// of cols^2 doubles, the codes, a block of errors, the parameters).
+uint64_t gptq_device_bytes(int64_t rows, int64_t cols, int64_t block_size);
+
 QuantizedTensor quantize_rtn_on(device::Kind where_to, const float* w, int64_t rows, int64_t cols,
                                 const QuantScheme& scheme, RangeObserver obs = RangeObserver::MinMax,
                                 const MseOptions& mse = {});

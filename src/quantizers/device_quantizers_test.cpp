@@ -306,6 +306,24 @@ TEST(DeviceQuantizers, MseObserverIsRefusedNotApproximated) {
   EXPECT_THROW(gptq_quantize_on(device::Kind::Host, w.data(), 4, 64, hessian(64, 80, 21), s, o, "layer"), Error);
 }
 
+TEST(DeviceQuantizers, MemoryEstimateCountsEveryBuffer) {
+  // 256 x 768, block 128: 256*768*13 + 3*768^2*8 + 256*128*8 + 256*768*8 + 256*16 + 768*32
+  EXPECT_EQ(gptq_device_bytes(256, 768, 128), 2555904u + 14155776u + 262144u + 1572864u + 4096u + 24576u);
+  EXPECT_EQ(gptq_device_bytes(10, 64, 128), gptq_device_bytes(10, 64, 64));  // a block is at most cols wide
+  EXPECT_NO_THROW(device::require_device_memory(device::Kind::Host, UINT64_MAX, "x"));  // host memory: not checked
+  std::string why;
+  if (device::cuda_usable(&why)) {
+    EXPECT_THROW(device::require_device_memory(device::Kind::Cuda, UINT64_MAX, "x"), Error);
+  } else {
+    try {
+      device::require_device_memory(device::Kind::Cuda, 1, "layer");
+      ADD_FAILURE() << "a GPU's memory was checked without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Io);
+    }
+  }
+}
+
 TEST(DeviceQuantizers, CudaWithoutADeviceIsOneClearError) {
   std::string why;
   if (device::cuda_usable(&why)) GTEST_SKIP() << "a CUDA device is usable here";

@@ -28,6 +28,13 @@ assert json.load(open(sys.argv[1]))["device"] == "host"
 assert json.load(open(sys.argv[2]))["device"] == "cpu"
 PYEOF
 
+# The device memory GPTQ will need is said before the run: for the fixture's
+# largest Linear (down_proj, 256 x 768): 13 bytes a weight, 3 x 768^2
+# doubles, a block of errors and the parameters: 17.7, rounded up to 18 MiB.
+"$QF" quantize "$fx" --recipe "$rec/w4-gptq.yaml" --calib "$calib" -o "$WORK/log" --device host >/dev/null 2>"$WORK/log.err" \
+  && grep -q "^device host: GPTQ needs up to 18 MiB of device memory per Linear" "$WORK/log.err" \
+  && ok "the device memory estimate is printed" || fail "estimate: $(grep -m3 device "$WORK/log.err")"
+
 # Errors: one line, the exit code of its kind, no output.
 have_gpu=0
 "$QF" -q quantize "$fx" --recipe "$rec/w4-rtn.yaml" -o "$WORK/probe" --device auto >/dev/null 2>&1 \
