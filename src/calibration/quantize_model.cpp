@@ -104,9 +104,9 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
   if (job.device != device::Kind::Cpu)
     for (const auto& [name, p] : plan.linears)
-      if (p.observer == RangeObserver::Mse)
-        throw unsupported(job.recipe.string(), std::string("the mse observer (") + name +
-                                                   ") has no device version yet; quantize with --device cpu");
+      if (p.observer == RangeObserver::Mse && p.weights.strategy == QuantStrategy::Tensor && !p.weights.is_float())
+        throw unsupported(job.recipe.string(), std::string("the mse observer with the tensor strategy (") + name +
+                                                   ") has no device version; quantize with --device cpu");
   const bool gptq = plan.quantizer == QuantMethod::Gptq;
   const CheckpointFormat& format = *plan.format;
   if (gptq && job.device != device::Kind::Cpu) {

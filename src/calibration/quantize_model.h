@@ -50,8 +50,8 @@ struct QuantizeJob {
   std::function<void(int64_t, int64_t)> eval_progress;
   // Where the weight quantizers run (GPTQ, RTN, FP8, NVFP4: quantizers/
   // device_quantizers.h); calibration forwards, AWQ's and SmoothQuant's
-  // searches stay on the CPU. Not cpu: recipes whose observer is mse are
-  // refused (Unsupported) before anything runs.
+  // searches stay on the CPU. Not cpu: a recipe with the mse observer and
+  // the tensor strategy is refused (Unsupported) before anything runs.
   device::Kind device = device::Kind::Cpu;
 };
 

@@ -97,6 +97,16 @@ QF_HD inline float mul_sub_unfused(float a, float b, float c) {
 #endif
 }
 
+// pow(a, b) in double: std::pow on the host, the CUDA math library's pow
+// (within 2 ulp of it) on the device.
+QF_HD inline double pow_f64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return pow(a, b);
+#else
+  return std::pow(a, b);
+#endif
+}
+
 // a - b * c and a + b * b in double, rounded twice (never one FMA): GPTQ's
 // row updates, so that the CPU and the device form the same values.
 QF_HD inline double sub_mul_unfused(double a, double b, double c) {

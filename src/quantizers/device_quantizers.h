@@ -14,7 +14,10 @@
 //     differs from the CPU's Eigen GEMM (per 16-row chunk) in the cuda build
 //     and may in the host build, so a few codes may differ; the loss is the
 //     same sum in another order.
-// Not on the device yet: the mse observer (Unsupported; use the CPU).
+//   - the mse observer: the same search steps (mse_search.h), bit-identical
+//     in the host build; the device's pow may pick another of two near-tied
+//     candidates in the cuda build. Over a whole tensor (tensor strategy,
+//     one search over every weight) it is Unsupported.
 #pragma once
 
 #include <cstdint>

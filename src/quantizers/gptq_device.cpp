@@ -10,8 +10,8 @@
 //     hd::gptq_row_block, and the lazy update of the columns after a block
 //     is one GEMM: W[:, i2:] -= Err * Hinv[i1:i2, i2:], with Hinv row-major
 //     read as its column-major transpose (op T, leading dimension cols).
-// In double, as the CPU reference. Observer: min-max only (the mse search
-// runs on the CPU).
+// In double, as the CPU reference. Observers: min-max and mse (each group's
+// own search, quantizers/mse_search.h), not mse with the tensor strategy.
 #include <cmath>
 
 #include "core/error.h"
@@ -19,6 +19,7 @@
 #include "device/exec.h"
 #include "quantizers/device_quantizers.h"
 #include "quantizers/gptq_row.h"
+#include "quantizers/mse_search.h"
 
 namespace qf::QF_DEV_NS {
 
@@ -90,9 +91,9 @@ struct BadFactor {
   }
 };
 
-// Min-max fit of one row's values w[c * rows] for c in [c0, c0 + n), as
-// f32 (fit_group on doubles).
-QF_HD inline GroupParams fit_minmax(const double* w, int64_t stride, int64_t n, bool symmetric, int32_t qmax,
+// Min-max fit of n values w[k * stride], taken as f32 (fit_group).
+template <class T>
+QF_HD inline GroupParams fit_minmax(const T* w, int64_t stride, int64_t n, bool symmetric, int32_t qmax,
                                     hd::ScaleStore store) {
   float lo = 0.0f, hi = 0.0f;
   for (int64_t k = 0; k < n; ++k) {
@@ -104,29 +105,31 @@ QF_HD inline GroupParams fit_minmax(const double* w, int64_t stride, int64_t n, 
 }
 
 // Groups of gs columns of w's rows (the last may be shorter), one index
-// per (row, group): static groups (on the unpermuted weight, dead columns
-// zeroed) and the channel strategy (gs = cols, dead = null: as given).
+// per (row, group), min-max or mse: static groups (fitted on the unpermuted
+// weight with dead columns zeroed) and the channel strategy (gs = cols).
 struct FitGroups {
   const float* w;
-  const char* dead;
   float* scales;
   int32_t* zeros;
   int64_t cols, gs, ng;
-  bool symmetric;
-  int32_t qmax;
-  hd::ScaleStore store;
+  bool mse;
+  hd::MseGrid grid;  // also carries symmetric, qmax and the scale store
   QF_HD void operator()(int64_t i) const {
     const int64_t r = i / ng, c0 = (i % ng) * gs, n = gs < cols - c0 ? gs : cols - c0;
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t k = 0; k < n; ++k) {
-      const float v = dead && dead[c0 + k] ? 0.0f : w[r * cols + c0 + k];
-      if (v < lo) lo = v;
-      if (v > hi) hi = v;
-    }
-    const GroupParams p = hd::params_for_range(lo, hi, symmetric, qmax, store);
+    const float* x = w + r * cols + c0;
+    const GroupParams p = mse ? hd::mse_fit(x, n, 1, grid) : fit_minmax(x, 1, n, grid.symmetric, grid.qmax, grid.store);
     scales[i] = p.scale;
     zeros[i] = p.zero;
   }
+};
+
+// w with the dead columns zeroed (what static groups are fitted on).
+struct ZeroDead {
+  const float* w;
+  const char* dead;
+  float* out;
+  int64_t cols;
+  QF_HD void operator()(int64_t i) const { out[i] = dead[i % cols] ? 0.0f : w[i]; }
 };
 
 // A dynamic group's refit at the block starting at column i1 (processing
@@ -138,12 +141,12 @@ struct RefitDynamic {
   float* scales;
   int32_t* zeros;
   int64_t rows, cols, gs, ng, i1;
-  bool symmetric;
-  int32_t qmax;
-  hd::ScaleStore store;
+  bool mse;
+  hd::MseGrid grid;
   QF_HD void operator()(int64_t r) const {
     const int64_t n = gs < cols - i1 ? gs : cols - i1;
-    const GroupParams p = fit_minmax(W + i1 * rows + r, rows, n, symmetric, qmax, store);
+    const double* x = W + i1 * rows + r;
+    const GroupParams p = mse ? hd::mse_fit(x, n, rows, grid) : fit_minmax(x, rows, n, grid.symmetric, grid.qmax, grid.store);
     cur_scale[r] = p.scale;
     cur_zero[r] = p.zero;
     scales[r * ng + i1 / gs] = p.scale;
@@ -183,8 +186,10 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
                          const QuantScheme& scheme, const GptqOptions& opts, const std::string& name) {
   using AO = GptqOptions::ActOrder;
   gptq_check(w, rows, cols, hessian, scheme, opts, name);
-  if (opts.observer != RangeObserver::MinMax)
-    throw unsupported(name, "GPTQ with the mse observer has no device version yet (run it with --device cpu)");
+  const bool mse = opts.observer == RangeObserver::Mse;
+  if (mse && scheme.strategy == QuantStrategy::Tensor)
+    throw unsupported(name, "the mse observer with the tensor strategy has no device version (one search over the "
+                            "whole weight); quantize it with --device cpu");
 
   const bool grouped = scheme.strategy == QuantStrategy::Group;
   const int64_t gs = grouped ? scheme.group_size : cols;
@@ -194,6 +199,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   const bool sym = scheme.symmetric;
   const int32_t qmax = scheme.qmax();
   const hd::ScaleStore store = scale_store(scheme.scale_dtype);
+  const hd::MseGrid grid = mse_grid(scheme, opts.mse);
 
   auto rtn_fallback = [&](const std::string& why) {
     return gptq_rtn_fallback(qf::QF_DEV_NS::quantize_rtn(w, rows, cols, scheme, opts.observer, opts.mse), w, name,
@@ -229,13 +235,16 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     row_scale.resize(static_cast<size_t>(rows));
     row_zero.resize(static_cast<size_t>(rows));
     if (scheme.strategy == QuantStrategy::Channel) {
-      for_each_index(rows, FitGroups{raw(dw), nullptr, raw(row_scale), raw(row_zero), cols, cols, 1, sym, qmax, store});
+      for_each_index(rows, FitGroups{raw(dw), raw(row_scale), raw(row_zero), cols, cols, 1, mse, grid});
       thrust::copy(row_scale.begin(), row_scale.end(), dscales.begin());
       thrust::copy(row_zero.begin(), row_zero.end(), dzeros.begin());
     }
   }
-  if (static_groups)
-    for_each_index(rows * ng, FitGroups{raw(dw), raw(ddead), raw(dscales), raw(dzeros), cols, gs, ng, sym, qmax, store});
+  if (static_groups) {
+    dvec<float> w0(static_cast<size_t>(rows * cols));
+    for_each_index(rows * cols, ZeroDead{raw(dw), raw(ddead), raw(w0), cols});
+    for_each_index(rows * ng, FitGroups{raw(w0), raw(dscales), raw(dzeros), cols, gs, ng, mse, grid});
+  }
 
   // Working weight, column-major in processing order.
   dvec<double> W(static_cast<size_t>(rows * cols));
@@ -276,7 +285,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     if (dynamic_groups && (i1 / gs + 1) * gs < i2) i2 = (i1 / gs + 1) * gs;
     if (dynamic_groups && i1 % gs == 0)
       for_each_index(rows, RefitDynamic{raw(W), raw(row_scale), raw(row_zero), raw(dscales), raw(dzeros), rows, cols,
-                                        gs, ng, i1, sym, qmax, store});
+                                        gs, ng, i1, mse, grid});
     for_each_index(rows, BlockRow{raw(W), raw(dq), U, raw(E), raw(loss), raw(dperm),
                                   row_scale.empty() ? nullptr : raw(row_scale),
                                   row_zero.empty() ? nullptr : raw(row_zero),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "quantizers/mse_search.h"
 
 namespace qf {
 
@@ -28,57 +29,47 @@ struct GroupView {
 // The group's range, widened to include 0; NaN is ignored.
 template <class T>
 std::pair<float, float> group_range(const GroupView<T>& g) {
-  float lo = 0.0f, hi = 0.0f;
-  for (int64_t i = 0; i < g.n; ++i) {
-    const float v = g.at(i);
-    if (v < lo) lo = v;
-    if (v > hi) hi = v;
-  }
+  float lo, hi;
+  hd::mse_range(g.x, g.n, g.stride, 1.0f, &lo, &hi);
   return {lo, hi};
 }
 
-// sum |dequant(q(x)) - x|^norm over the group.
-template <class T>
-double group_error(const GroupView<T>& g, GroupParams p, const QuantScheme& s, double norm) {
-  double err = 0.0;
-  for (int64_t k = 0; k < g.n; ++k) {
-    const float v = g.at(k);
-    const float d = dequantize_value(quantize_value(v, p, s), p) - v;
-    err += std::pow(std::fabs(static_cast<double>(d)), norm);
-  }
-  return err;
+}  // namespace
+
+hd::MseGrid mse_grid(const QuantScheme& s, const MseOptions& o) {
+  const double total = o.maxshrink * o.grid;
+  return hd::MseGrid{total > 0 ? static_cast<int64_t>(std::min(total, 1e9)) : 0,
+                     o.patience,
+                     o.grid,
+                     o.norm,
+                     static_cast<float>(o.expand),
+                     s.symmetric,
+                     s.qmax(),
+                     scale_store(s.scale_dtype)};
 }
+
+namespace {
 
 // llm-compressor's MSE grid search (see rtn.h) over a set of groups observed
 // together: each group keeps its own best candidate, the early stop looks at
-// all of them.
+// all of them (the steps of quantizers/mse_search.h).
 template <class T>
 std::vector<GroupParams> mse_search(const std::vector<GroupView<T>>& groups, const QuantScheme& s, const MseOptions& o) {
+  const hd::MseGrid grid = mse_grid(s, o);
   const size_t n = groups.size();
   std::vector<float> lo(n), hi(n);
   std::vector<GroupParams> best(n);
   std::vector<double> best_err(n, std::numeric_limits<double>::infinity());
-  const float expand = static_cast<float>(o.expand);
   for (size_t g = 0; g < n; ++g) {
-    const auto [l, h] = group_range(groups[g]);
-    lo[g] = l * expand, hi[g] = h * expand;
+    hd::mse_range(groups[g].x, groups[g].n, groups[g].stride, grid.expand, &lo[g], &hi[g]);
     best[g] = params_for_range(lo[g], hi[g], s);
   }
-  const double total = o.maxshrink * o.grid;
-  const int64_t steps = total > 0 ? static_cast<int64_t>(std::min(total, 1e9)) : 0;
   int64_t no_improve = 0;
-  for (int64_t i = 0; i < steps; ++i) {
-    const float pf = static_cast<float>(1.0 - static_cast<double>(i) / o.grid);
+  for (int64_t i = 0; i < grid.steps; ++i) {
+    const float pf = hd::mse_shrink(grid, i);
     bool improved = false;
-    for (size_t g = 0; g < n; ++g) {
-      const GroupParams p = params_for_range(pf * lo[g], pf * hi[g], s);
-      const double err = group_error(groups[g], p, s, o.norm);
-      if (err < best_err[g]) {  // strict: the widest range wins ties
-        best_err[g] = err;
-        best[g] = p;
-        improved = true;
-      }
-    }
+    for (size_t g = 0; g < n; ++g)
+      improved |= hd::mse_try(groups[g].x, groups[g].n, groups[g].stride, lo[g], hi[g], pf, grid, &best[g], &best_err[g]);
     if (improved) no_improve = 0;
     else if (++no_improve >= o.patience) break;
   }
@@ -93,7 +84,7 @@ GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantSch
     const auto [lo, hi] = group_range(g);
     return params_for_range(lo, hi, s);
   }
-  return mse_search(std::vector<GroupView<T>>{g}, s, mse).front();
+  return hd::mse_fit(x, n, stride, mse_grid(s, mse));
 }
 
 }  // namespace

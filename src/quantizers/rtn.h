@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "quantizers/int_quant.h"
+#include "quantizers/mse_search.h"
 #include "quantizers/quant_scheme.h"
 
 namespace qf {
@@ -78,5 +79,7 @@ inline float dequantize_value(uint8_t q, GroupParams p) { return hd::dequantize_
 float round_scale(float s, DType dt);
 float scale_dtype_eps(DType dt);
 hd::ScaleStore scale_store(DType dt);  // F16, BF16, else F32
+// The mse observer's search settings for a scheme (quantizers/mse_search.h).
+hd::MseGrid mse_grid(const QuantScheme& s, const MseOptions& o);
 
 }  // namespace qf

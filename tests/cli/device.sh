@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --device: the device code's host build gives the CPU reference's bytes end
-# to end; cuda without a GPU, the runtime commands and the mse observer are
-# one clear error each, with nothing written.
+# to end; cuda without a GPU, the runtime commands and the mse observer over
+# a whole tensor are one clear error each, with nothing written.
 source "$(dirname "$0")/lib.sh"
 
 fx="$SRC/tests/data/fixture-llama"
@@ -46,10 +46,19 @@ if [[ $have_gpu -eq 0 ]]; then
   grep -q '"device": "cpu"' "$WORK/probe/quantization_report.json" && ok "--device auto without a GPU runs on the cpu" \
     || fail "auto: $(grep device "$WORK/probe/quantization_report.json")"
 fi
-sed 's/            group_size: 128/            group_size: 128\n            observer: mse/' "$rec/w4-rtn.yaml" >"$WORK/mse.yaml"
-expect_exit 4 "the mse observer .* has no device version yet; quantize with --device cpu" \
-  -- "$QF" quantize "$fx" --recipe "$WORK/mse.yaml" -o "$WORK/m" --device host
-[[ ! -e "$WORK/m" ]] && ok "nothing written for the mse observer on the device" || fail "$WORK/m exists"
+# The mse observer: the same bytes; over a whole tensor it is refused.
+sed 's/            group_size: 128/            group_size: 128\n            observer: mse/' "$rec/w4-gptq.yaml" >"$WORK/mse.yaml"
+for d in cpu host; do
+  "$QF" -q quantize "$fx" --recipe "$WORK/mse.yaml" --calib "$calib" -o "$WORK/mse-$d" --device $d >/dev/null 2>&1 \
+    || fail "mse on $d"
+done
+cmp -s "$WORK/mse-cpu/model.safetensors" "$WORK/mse-host/model.safetensors" \
+  && ok "GPTQ with the mse observer: --device host writes the CPU's bytes" || fail "mse: host and cpu differ"
+sed 's/            strategy: group/            strategy: tensor/; s/            group_size: 128/            observer: mse/' \
+  "$rec/w4-rtn.yaml" >"$WORK/mse-tensor.yaml"
+expect_exit 4 "the mse observer with the tensor strategy .* has no device version; quantize with --device cpu" \
+  -- "$QF" quantize "$fx" --recipe "$WORK/mse-tensor.yaml" -o "$WORK/m" --device host
+[[ ! -e "$WORK/m" ]] && ok "nothing written for mse over a whole tensor on the device" || fail "$WORK/m exists"
 for cmd in eval bench imatrix; do
   case $cmd in
     eval) args=(eval "$fx" --text "$SRC/tests/data/text/evaluation.txt") ;;
