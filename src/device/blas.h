@@ -42,6 +42,14 @@ class Blas {
   void gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+  // `batch` independent gemms: matrix b of A, B and C starts stride_a * b,
+  // stride_b * b, stride_c * b elements after the first (a stride of 0
+  // reuses one matrix for every product, as in grouped-query attention,
+  // where query heads share a key head). cuBLAS's gemmStridedBatched.
+  void gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
+                            int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
+                            int64_t ldc, int64_t stride_c, int64_t batch);
+
   // The `uplo` triangle of the n x n C := alpha op(A) op(A)^T + beta C, with
   // op(A) n x k (trans N: A is n x k; T: A is k x n, C = alpha A^T A + beta C).
   // The other triangle is neither read nor written.
@@ -90,6 +98,11 @@ inline void check_gemm_args(Op ta, Op tb, int64_t m, int64_t n, int64_t k, int64
   check_blas_arg("gemm", "lda", lda, at_least_1(ta == Op::N ? m : k));
   check_blas_arg("gemm", "ldb", ldb, at_least_1(tb == Op::N ? k : n));
   check_blas_arg("gemm", "ldc", ldc, at_least_1(m));
+}
+inline void check_batch_args(int64_t batch, int64_t stride_c, int64_t ldc, int64_t n) {
+  check_blas_arg("gemm_strided_batched", "batch", batch, 0);
+  // products must not write over each other (cuBLAS leaves that undefined)
+  if (batch > 1) check_blas_arg("gemm_strided_batched", "stride_c", stride_c, ldc * n);
 }
 inline void check_syrk_args(Op trans, int64_t n, int64_t k, int64_t lda, int64_t ldc) {
   check_blas_arg("syrk", "n", n, 0);

@@ -85,6 +85,35 @@ TEST(DeviceBlasHost, GemmFloat) {
     }
 }
 
+// Attention's shape: scores of 3 query heads against one shared key head
+// (stride 0), keys^T (T) times queries (N), heads d = 16 apart in a row of
+// 3 * 16 + 5 padding.
+TEST(DeviceBlasHost, StridedBatchedGemmSharesAMatrixAtStrideZero) {
+  Blas blas;
+  const int64_t d = 16, n = 37, heads = 3, ldq = heads * d + 5;
+  std::vector<float> K(static_cast<size_t>(d * n)), Q(static_cast<size_t>(ldq * n), -5.0f);
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int> small(-4, 4);  // small integers: every sum exact in f32
+  for (auto& v : K) v = static_cast<float>(small(rng));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < heads * d; ++j) Q[static_cast<size_t>(t * ldq + j)] = static_cast<float>(small(rng));
+  std::vector<float> S(static_cast<size_t>(heads * n * n), 1.0f);
+  blas.gemm_strided_batched(Op::T, Op::N, n, n, d, 0.5f, K.data(), d, 0, Q.data(), ldq, d, 2.0f, S.data(), n, n * n,
+                            heads);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < n; ++i) {
+        float want = 2.0f;
+        for (int64_t j = 0; j < d; ++j)
+          want += 0.5f * K[static_cast<size_t>(j + i * d)] * Q[static_cast<size_t>(t * ldq + h * d + j)];
+        ASSERT_EQ(S[static_cast<size_t>(h * n * n + i + t * n)], want) << "head " << h << " key " << i << " query " << t;
+      }
+  // Products that would write over each other are refused, as cuBLAS leaves them undefined.
+  EXPECT_THROW(blas.gemm_strided_batched(Op::T, Op::N, n, n, d, 1.0f, K.data(), d, 0, Q.data(), ldq, d, 0.0f,
+                                         S.data(), n, n, heads),
+               Error);
+}
+
 TEST(DeviceBlasHost, SyrkTouchesOnlyItsTriangle) {
   Blas blas;
   const int64_t n = 131, k = 11;

@@ -60,6 +60,16 @@ void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, cons
   gemm_impl(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
+                                int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                                float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  check_batch_args(batch, stride_c, ldc, n);
+  // Each product is one gemm of its own (the same chunks as a single call).
+  for (int64_t b = 0; b < batch; ++b)
+    gemm_impl(ta, tb, m, n, k, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+}
+
 void Blas::syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, double beta,
                 double* C, int64_t ldc) {
   check_syrk_args(trans, n, k, lda, ldc);

@@ -44,6 +44,7 @@ struct Libs {
   decltype(&cublasDestroy) destroy;
   decltype(&cublasDgemm_64) dgemm;
   decltype(&cublasSgemm_64) sgemm;
+  decltype(&cublasSgemmStridedBatched_64) sgemm_batched;
   decltype(&cublasDsyrk_64) dsyrk;
   decltype(&cublasDtrsm_64) dtrsm;
   decltype(&cusolverDnCreate) solver_create;
@@ -77,6 +78,7 @@ const Libs& libs() {
     resolve(blas, QF_NAME(cublasDestroy), l.destroy);
     resolve(blas, QF_NAME(cublasDgemm_64), l.dgemm);
     resolve(blas, QF_NAME(cublasSgemm_64), l.sgemm);
+    resolve(blas, QF_NAME(cublasSgemmStridedBatched_64), l.sgemm_batched);
     resolve(blas, QF_NAME(cublasDsyrk_64), l.dsyrk);
     resolve(blas, QF_NAME(cublasDtrsm_64), l.dtrsm);
     resolve(solver, QF_NAME(cusolverDnCreate), l.solver_create);
@@ -126,6 +128,16 @@ void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, cons
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   check(libs().sgemm(H(handle_), op(ta), op(tb), m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc), "Sgemm");
+}
+
+void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
+                                int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                                float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  check_batch_args(batch, stride_c, ldc, n);
+  check(libs().sgemm_batched(H(handle_), op(ta), op(tb), m, n, k, &alpha, A, lda, stride_a, B, ldb, stride_b, &beta,
+                             C, ldc, stride_c, batch),
+        "SgemmStridedBatched");
 }
 
 void Blas::syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, double beta,
