@@ -97,6 +97,16 @@ QF_HD inline float mul_sub_unfused(float a, float b, float c) {
 #endif
 }
 
+// e^x in f32: std::exp on the host, the CUDA math library's expf (within
+// 2 ulp of it) on the device.
+QF_HD inline float exp_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
 // pow(a, b) in double: std::pow on the host, the CUDA math library's pow
 // (within 2 ulp of it) on the device.
 QF_HD inline double pow_f64(double a, double b) {

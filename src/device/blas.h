@@ -99,10 +99,15 @@ inline void check_gemm_args(Op ta, Op tb, int64_t m, int64_t n, int64_t k, int64
   check_blas_arg("gemm", "ldb", ldb, at_least_1(tb == Op::N ? k : n));
   check_blas_arg("gemm", "ldc", ldc, at_least_1(m));
 }
-inline void check_batch_args(int64_t batch, int64_t stride_c, int64_t ldc, int64_t n) {
+// Products must not write over each other (cuBLAS leaves that undefined):
+// C matrices one after another (stride_c >= ldc * n), or side by side within
+// the same columns (stride_c >= m and the last one ends by row ldc, as the
+// heads of a token row do).
+inline void check_batch_args(int64_t batch, int64_t stride_c, int64_t ldc, int64_t m, int64_t n) {
   check_blas_arg("gemm_strided_batched", "batch", batch, 0);
-  // products must not write over each other (cuBLAS leaves that undefined)
-  if (batch > 1) check_blas_arg("gemm_strided_batched", "stride_c", stride_c, ldc * n);
+  if (batch <= 1 || stride_c >= ldc * n || (stride_c >= m && (batch - 1) * stride_c + m <= ldc)) return;
+  throw Error(ErrorKind::Internal, "gemm_strided_batched: stride_c = " + std::to_string(stride_c) +
+                                       " makes the " + std::to_string(batch) + " products overlap");
 }
 inline void check_syrk_args(Op trans, int64_t n, int64_t k, int64_t lda, int64_t ldc) {
   check_blas_arg("syrk", "n", n, 0);

@@ -64,7 +64,7 @@ void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, f
                                 int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                                 float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
-  check_batch_args(batch, stride_c, ldc, n);
+  check_batch_args(batch, stride_c, ldc, m, n);
   // Each product is one gemm of its own (the same chunks as a single call).
   for (int64_t b = 0; b < batch; ++b)
     gemm_impl(ta, tb, m, n, k, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);

@@ -134,7 +134,7 @@ void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, f
                                 int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                                 float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
-  check_batch_args(batch, stride_c, ldc, n);
+  check_batch_args(batch, stride_c, ldc, m, n);
   check(libs().sgemm_batched(H(handle_), op(ta), op(tb), m, n, k, &alpha, A, lda, stride_a, B, ldb, stride_b, &beta,
                              C, ldc, stride_c, batch),
         "SgemmStridedBatched");
