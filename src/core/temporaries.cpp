@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 
@@ -134,9 +136,14 @@ int remove_registered_temporaries() {
     std::error_code ec;
     if (!fs::exists(fs::symlink_status(p, ec))) continue;
     ++n;
-    // Twice: a worker thread may have created a file inside a folder while
-    // the first pass ran.
-    for (int pass = 0; pass < 2 && fs::exists(fs::symlink_status(p, ec)); ++pass) fs::remove_all(p, ec);
+    // Until it is gone: a worker thread may create a file inside a folder
+    // while a pass runs (its rmdir then fails, not empty). Once the folder
+    // is removed, no file can be created in it any more. A busy machine can
+    // need several passes; at most about 200 ms in all.
+    for (int pass = 0; pass < 100 && fs::exists(fs::symlink_status(p, ec)); ++pass) {
+      if (pass > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      fs::remove_all(p, ec);
+    }
   }
   r.paths.clear();
   return n;
