@@ -117,21 +117,13 @@ QF_HD inline double pow_f64(double a, double b) {
 #endif
 }
 
-// a - b * c and a + b * b in double, rounded twice (never one FMA): GPTQ's
-// row updates, so that the CPU and the device form the same values.
-QF_HD inline double sub_mul_unfused(double a, double b, double c) {
+// a * b + c in double, rounded twice (never one FMA): GPTQ's row updates,
+// so that the CPU and the device form the same values.
+QF_HD inline double mul_add_unfused(double a, double b, double c) {
 #if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, __dmul_rn(b, c));
+  return __dadd_rn(__dmul_rn(a, b), c);
 #else
-  return a - b * c;
-#endif
-}
-
-QF_HD inline double add_sq_unfused(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, __dmul_rn(b, b));
-#else
-  return a + b * b;
+  return a * b + c;
 #endif
 }
 

@@ -91,19 +91,6 @@ struct BadFactor {
   }
 };
 
-// Min-max fit of n values w[k * stride], taken as f32 (fit_group).
-template <class T>
-QF_HD inline GroupParams fit_minmax(const T* w, int64_t stride, int64_t n, bool symmetric, int32_t qmax,
-                                    hd::ScaleStore store) {
-  float lo = 0.0f, hi = 0.0f;
-  for (int64_t k = 0; k < n; ++k) {
-    const float v = static_cast<float>(w[k * stride]);
-    if (v < lo) lo = v;
-    if (v > hi) hi = v;
-  }
-  return hd::params_for_range(lo, hi, symmetric, qmax, store);
-}
-
 // Groups of gs columns of w's rows (the last may be shorter), one index
 // per (row, group), min-max or mse: static groups (fitted on the unpermuted
 // weight with dead columns zeroed) and the channel strategy (gs = cols).
@@ -117,7 +104,7 @@ struct FitGroups {
   QF_HD void operator()(int64_t i) const {
     const int64_t r = i / ng, c0 = (i % ng) * gs, n = gs < cols - c0 ? gs : cols - c0;
     const float* x = w + r * cols + c0;
-    const GroupParams p = mse ? hd::mse_fit(x, n, 1, grid) : fit_minmax(x, 1, n, grid.symmetric, grid.qmax, grid.store);
+    const GroupParams p = hd::observed_fit(x, n, 1, mse, grid);
     scales[i] = p.scale;
     zeros[i] = p.zero;
   }
@@ -146,7 +133,7 @@ struct RefitDynamic {
   QF_HD void operator()(int64_t r) const {
     const int64_t n = gs < cols - i1 ? gs : cols - i1;
     const double* x = W + i1 * rows + r;
-    const GroupParams p = mse ? hd::mse_fit(x, n, rows, grid) : fit_minmax(x, rows, n, grid.symmetric, grid.qmax, grid.store);
+    const GroupParams p = hd::observed_fit(x, n, rows, mse, grid);
     cur_scale[r] = p.scale;
     cur_zero[r] = p.zero;
     scales[r * ng + i1 / gs] = p.scale;

@@ -41,9 +41,9 @@ QF_HD inline void gptq_row_block(double* w, int64_t ws, uint8_t* q, const double
     const double qd = dequantize_int(code, p.scale, p.zero);
     const double* urow = U + i * ldu;
     const double e = (x - qd) / urow[i];
-    *loss = add_sq_unfused(*loss, e);
+    *loss = mul_add_unfused(e, e, *loss);
     err[(i - i1) * es] = e;
-    for (int64_t j = i + 1; j < i2; ++j) w[j * ws] = sub_mul_unfused(w[j * ws], e, urow[j]);
+    for (int64_t j = i + 1; j < i2; ++j) w[j * ws] = mul_add_unfused(-e, urow[j], w[j * ws]);  // w - e u, exactly
   }
 }
 

@@ -90,4 +90,27 @@ QF_HD inline int8_t quantize_int8(float x, float scale, int32_t zero) {
   return static_cast<int8_t>(round_half_even(t < -128.0f ? -128.0f : (127.0f < t ? 127.0f : t)));
 }
 
+// The range [min(x, 0), max(x, 0)] of the n values x[k * stride], taken as
+// f32; NaN is ignored.
+template <class T>
+QF_HD inline void group_range(const T* x, int64_t n, int64_t stride, float* lo, float* hi) {
+  float l = 0.0f, h = 0.0f;
+  for (int64_t k = 0; k < n; ++k) {
+    const float v = static_cast<float>(x[k * stride]);
+    if (v < l) l = v;
+    if (v > h) h = v;
+  }
+  *lo = l;
+  *hi = h;
+}
+
+// The min-max observer's (scale, zero) for those values.
+template <class T>
+QF_HD inline GroupParams minmax_fit(const T* x, int64_t n, int64_t stride, bool symmetric, int32_t qmax,
+                                    ScaleStore store) {
+  float lo, hi;
+  group_range(x, n, stride, &lo, &hi);
+  return params_for_range(lo, hi, symmetric, qmax, store);
+}
+
 }  // namespace qf::hd

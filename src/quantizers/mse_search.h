@@ -26,18 +26,12 @@ QF_HD inline float mse_shrink(const MseGrid& g, int64_t i) {
   return static_cast<float>(1.0 - static_cast<double>(i) / g.grid);
 }
 
-// The group's starting range: [min(x, 0), max(x, 0)] times expand, NaN
-// ignored; values x[k * stride] taken as f32.
+// The group's starting range: group_range (int_quant.h) times expand.
 template <class T>
 QF_HD inline void mse_range(const T* x, int64_t n, int64_t stride, float expand, float* lo, float* hi) {
-  float l = 0.0f, h = 0.0f;
-  for (int64_t k = 0; k < n; ++k) {
-    const float v = static_cast<float>(x[k * stride]);
-    if (v < l) l = v;
-    if (v > h) h = v;
-  }
-  *lo = l * expand;
-  *hi = h * expand;
+  group_range(x, n, stride, lo, hi);
+  *lo *= expand;
+  *hi *= expand;
 }
 
 // sum |dequant(q(v)) - v|^norm over the group, in double.
@@ -78,6 +72,12 @@ QF_HD inline GroupParams mse_fit(const T* x, int64_t n, int64_t stride, const Ms
     else if (++no_improve >= g.patience) break;
   }
   return best;
+}
+
+// A group's (scale, zero) under the min-max or the mse observer.
+template <class T>
+QF_HD inline GroupParams observed_fit(const T* x, int64_t n, int64_t stride, bool mse, const MseGrid& g) {
+  return mse && n > 0 ? mse_fit(x, n, stride, g) : minmax_fit(x, n, stride, g.symmetric, g.qmax, g.store);
 }
 
 }  // namespace qf::hd

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -23,16 +22,7 @@ template <class T>
 struct GroupView {
   const T* x;
   int64_t n, stride;
-  float at(int64_t k) const { return static_cast<float>(x[k * stride]); }
 };
-
-// The group's range, widened to include 0; NaN is ignored.
-template <class T>
-std::pair<float, float> group_range(const GroupView<T>& g) {
-  float lo, hi;
-  hd::mse_range(g.x, g.n, g.stride, 1.0f, &lo, &hi);
-  return {lo, hi};
-}
 
 }  // namespace
 
@@ -79,12 +69,7 @@ std::vector<GroupParams> mse_search(const std::vector<GroupView<T>>& groups, con
 template <class T>
 GroupParams fit_group_impl(const T* x, int64_t n, int64_t stride, const QuantScheme& s, RangeObserver obs,
                            const MseOptions& mse) {
-  const GroupView<T> g{x, n, stride};
-  if (obs == RangeObserver::MinMax || n == 0) {
-    const auto [lo, hi] = group_range(g);
-    return params_for_range(lo, hi, s);
-  }
-  return hd::mse_fit(x, n, stride, mse_grid(s, mse));
+  return hd::observed_fit(x, n, stride, obs == RangeObserver::Mse, mse_grid(s, mse));
 }
 
 }  // namespace

@@ -34,12 +34,7 @@ struct RtnGroup {
       scales[i] = p.scale;
       zeros[i] = p.zero;
     } else if (!tensor) {
-      float lo = 0.0f, hi = 0.0f;
-      for (int64_t k = 0; k < n; ++k) {
-        if (x[k] < lo) lo = x[k];
-        if (x[k] > hi) hi = x[k];
-      }
-      p = hd::params_for_range(lo, hi, symmetric, qmax, store);
+      p = hd::minmax_fit(x, n, 1, symmetric, qmax, store);
       scales[i] = p.scale;
       zeros[i] = p.zero;
     }
