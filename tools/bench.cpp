@@ -20,13 +20,14 @@ struct BenchOpts {
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 void run_bench(const BenchOpts& o) {
-  resolve_device(o.device, "bench", false);
+  const device::Kind kind = resolve_device(o.device, "bench", o.threads);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
   std::unique_ptr<rt::Model> model = rt::load_model(o.model);
   eval::BenchOptions b;
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
+  b.device = kind;
   eval::BenchResult r = eval::run_bench(*model, b, pool);
   std::printf("model            %s (%s, %.2f M parameters)\n", o.model.c_str(), model->weight_format().c_str(),
               static_cast<double>(model->parameter_count()) / 1e6);
@@ -42,6 +43,9 @@ void run_bench(const BenchOpts& o) {
   std::printf("KV cache         %.2f MiB reserved, %.2f MiB used (%llu bytes per token)\n", mib(r.kv_bytes_reserved),
               mib(r.kv_bytes_used), static_cast<unsigned long long>(r.kv_bytes_per_token));
   std::printf("peak RSS         %.1f MiB\n", mib(r.peak_rss_bytes));
+  if (r.device != "cpu")
+    std::printf("device           %s (decoder: up to %.1f MiB of device memory; weights and bandwidth above are the device's)\n",
+                r.device.c_str(), mib(r.device_bytes));
   if (!o.json_out.empty()) {
     write_output_file(o.json_out, eval::bench_report(o.model, *model, r).dump(2) + "\n");
   }

@@ -51,15 +51,20 @@ std::string table(const EvalOpts& o, const eval::EvalResult& r) {
   std::snprintf(buf, sizeof buf, "time       %.2f s (%.1f tokens/s)\n", r.seconds,
                 r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0);
   s += buf;
+  if (r.device != "cpu") {
+    std::snprintf(buf, sizeof buf, "device     %s (decoders: up to %.1f MiB of device memory)\n", r.device.c_str(),
+                  static_cast<double>(r.device_bytes) / 1048576.0);
+    s += buf;
+  }
   return s;
 }
 
 void run_eval(const EvalOpts& o) {
-  resolve_device(o.device, "eval", false);
+  resolve_device(o.device, "eval", o.threads);  // a bad word or a missing GPU before any work
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   eval::EvalRequest req;
-  req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.kv = o.kv;
+  req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.kv = o.kv, req.device = o.device;
   req.gate = eval::Gate{o.max_delta, o.max_ratio, o.max_kld};
   if (req.gate.any() && o.baseline.empty())
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");

@@ -98,12 +98,10 @@ void add_device_option(CLI::App* cmd, std::string& device) {
       ->check(CLI::IsMember({"cpu", "cuda", "host", "auto"}));
 }
 
-device::Kind resolve_device(const std::string& word, const std::string& command, bool has_device_version) {
-  const std::string where = command + " --device " + word;
-  if (has_device_version) return device::resolve(word, where);
-  if (word == "cpu" || word == "auto") return device::Kind::Cpu;
-  if (word == "cuda") device::resolve(word, where);  // throws with the CUDA runtime's reason when there is no GPU
-  throw unsupported(where, command + " runs on the CPU only for now: the runtime has no device version yet (use --device cpu)");
+device::Kind resolve_device(const std::string& word, const std::string& command, int threads) {
+  const device::Kind k = device::resolve(word, command + " --device " + word);
+  device::set_host_threads(threads);
+  return k;
 }
 
 }  // namespace qf::cli

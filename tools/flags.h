@@ -29,10 +29,8 @@ void add_threads_option(CLI::App* cmd, int& threads);
 // `device`. See device/device.h for what each word means.
 void add_device_option(CLI::App* cmd, std::string& device);
 
-// The device a command runs on. `has_device_version`: the command's work has
-// a device version (quantize); otherwise (eval, bench, imatrix: the runtime
-// runs on the CPU for now) auto means cpu, and cuda or host are one clear
-// Unsupported error (exit 4) that says why.
-device::Kind resolve_device(const std::string& word, const std::string& command, bool has_device_version);
+// The device a command runs on (device::resolve, with "<command> --device
+// <word>" in messages), and the host build's thread count from --threads.
+device::Kind resolve_device(const std::string& word, const std::string& command, int threads);
 
 }  // namespace qf::cli

@@ -19,13 +19,14 @@ struct ImatrixOpts {
 };
 
 void run_imatrix(const ImatrixOpts& o) {
-  resolve_device(o.device, "imatrix", false);
+  const device::Kind kind = resolve_device(o.device, "imatrix", o.threads);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   ImatrixOptions io;
   io.ctx = o.ctx;
   io.max_chunks = o.chunks;
   io.process_output = o.process_output;
+  io.device = kind;
   Progress progress("imatrix", 0, "chunks");
   const Imatrix m = write_imatrix_from_text(o.model, o.text, o.out, "-o", io, o.force, o.allow_nonfinite, pool,
                                             [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });

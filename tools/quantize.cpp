@@ -38,8 +38,7 @@ std::string invocation(const QuantizeOpts& o) {
 }
 
 void run_quantize(const QuantizeOpts& o) {
-  const device::Kind dev = resolve_device(o.device, "quantize", true);
-  device::set_host_threads(o.threads);
+  const device::Kind dev = resolve_device(o.device, "quantize", o.threads);
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   const bool quiet = Progress::quiet();

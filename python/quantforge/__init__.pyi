@@ -42,18 +42,24 @@ def inspect(model: PathLike, revision: str = "main") -> Dict[str, Any]:
 def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = None, ctx: int = 0,
              mode: str = "chunks", max_chunks: int = 0, kv_dtype: str = "f16", bos_per_line: bool = False,
              keep_tail: bool = False, max_ppl_delta: Optional[float] = None, max_ppl_ratio: Optional[float] = None,
-             max_kld: Optional[float] = None, threads: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+             max_kld: Optional[float] = None, threads: Optional[int] = None, progress: bool = True,
+             device: str = "cpu") -> Dict[str, Any]:
     """Perplexity of `model` on the UTF-8 file `text`: `quantforge eval --json`'s keys.
 
     With `baseline`, also KL divergence and top-1 agreement against it on the same
     tokens. Gate bounds are reported under "gate" ({"passed": bool, "failures": [...]}).
     "valid" is False (with "problems") when the measurement cannot be trusted.
     ctx=0 takes the mode's default (512 for chunks and lines, 2048 for windows).
+    device: where the forward passes run: "cpu" (the runtime), "cuda", "auto" or "host" (the
+    device decoder built for the CPU); f16 KV cache only on a device.
     """
 
 def bench(model: PathLike, prompt: int = 512, gen: int = 128, batch: int = 1, kv_dtype: str = "f16",
-          reps: int = 1, threads: Optional[int] = None) -> Dict[str, Any]:
-    """Prefill and decode tokens/s, KV-cache bytes, peak RSS: `quantforge bench --json`'s keys."""
+          reps: int = 1, threads: Optional[int] = None, device: str = "cpu") -> Dict[str, Any]:
+    """Prefill and decode tokens/s, KV-cache bytes, peak RSS: `quantforge bench --json`'s keys.
+
+    device: "cpu", "cuda", "auto" or "host" as in evaluate(); one sequence (batch 1) on a device.
+    """
 
 def convert(model: PathLike, out: PathLike, type: str = "Q4_K_M", imatrix: Optional[PathLike] = None,
             force: bool = False, allow_nonfinite: bool = False, threads: Optional[int] = None,
@@ -67,8 +73,11 @@ def convert(model: PathLike, out: PathLike, type: str = "Q4_K_M", imatrix: Optio
 
 def imatrix(model: PathLike, text: PathLike, out: PathLike, ctx: int = 512, chunks: int = 0,
             process_output: bool = False, force: bool = False, allow_nonfinite: bool = False,
-            threads: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
-    """Importance matrix of `model` on `text`, written to `out` in llama.cpp's GGUF imatrix layout."""
+            threads: Optional[int] = None, progress: bool = True, device: str = "cpu") -> Dict[str, Any]:
+    """Importance matrix of `model` on `text`, written to `out` in llama.cpp's GGUF imatrix layout.
+
+    device: "cpu", "cuda", "auto" or "host" as in evaluate().
+    """
 
 class QuantizeResult:
     path: str

@@ -158,8 +158,11 @@ py::object cmd_inspect(const py::object& model, const std::string& revision) {
 py::object cmd_evaluate(const py::object& model, const py::object& text, const py::object& baseline, int64_t ctx,
                     const std::string& mode, int64_t max_chunks, const std::string& kv_dtype, bool bos_per_line,
                     bool keep_tail, std::optional<double> max_ppl_delta, std::optional<double> max_ppl_ratio,
-                    std::optional<double> max_kld, std::optional<int> threads, bool progress) {
+                    std::optional<double> max_kld, std::optional<int> threads, bool progress, const std::string& device) {
   eval::EvalRequest req;
+  req.device = device;
+  device::resolve(device, "evaluate device");
+  if (threads) device::set_host_threads(*threads);
   req.model = path_arg(model);
   req.text = path_arg(text);
   req.baseline = opt_path(baseline).value_or("");
@@ -189,8 +192,10 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
 }
 
 py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64_t batch, const std::string& kv_dtype,
-                 int reps, std::optional<int> threads) {
+                 int reps, std::optional<int> threads, const std::string& device) {
   const std::string m = path_arg(model);
+  const device::Kind kind = device::resolve(device, "bench device");
+  if (threads) device::set_host_threads(*threads);
   if (prompt < 1 || gen < 0 || batch < 1 || reps < 1)
     throw Error(ErrorKind::Usage, "prompt >= 1, gen >= 0, batch >= 1 and reps >= 1 are required");
   nlohmann::ordered_json j;
@@ -201,6 +206,7 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
     std::unique_ptr<rt::Model> mdl = rt::load_model(m);
     eval::BenchOptions b;
     b.prompt = prompt, b.gen = gen, b.batch = batch, b.reps = reps, b.kv_dtype = rt::parse_kv_dtype(kv_dtype);
+    b.device = kind;
     const eval::BenchResult r = eval::run_bench(*mdl, b, pool);
     j = eval::bench_report(m, *mdl, r);
   }
@@ -242,8 +248,11 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
 }
 
 py::object cmd_imatrix(const py::object& model, const py::object& text, const py::object& out, int64_t ctx, int64_t chunks,
-                   bool process_output, bool force, bool allow_nonfinite, std::optional<int> threads, bool progress) {
+                   bool process_output, bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
+                   const std::string& device) {
   const std::string m = path_arg(model), t = path_arg(text), o = path_arg(out);
+  const device::Kind kind = device::resolve(device, "imatrix device");
+  if (threads) device::set_host_threads(*threads);
   if (ctx < 2) throw Error(ErrorKind::Usage, "ctx must be at least 2, got " + std::to_string(ctx));
   if (chunks < 0) throw Error(ErrorKind::Usage, "chunks must be >= 0, got " + std::to_string(chunks));
   nlohmann::ordered_json j;
@@ -256,6 +265,7 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
     io.ctx = ctx;
     io.max_chunks = chunks;
     io.process_output = process_output;
+    io.device = kind;
     LazyBar bar{"imatrix", "chunks"};
     const Imatrix im = write_imatrix_from_text(m, t, o, "out", io, force, allow_nonfinite, pool, std::ref(bar));
     bar.finish();
@@ -596,15 +606,16 @@ PYBIND11_MODULE(_quantforge, m) {
         py::arg("ctx") = 0, py::arg("mode") = "chunks", py::arg("max_chunks") = 0, py::arg("kv_dtype") = "f16",
         py::arg("bos_per_line") = false, py::arg("keep_tail") = false, py::arg("max_ppl_delta") = py::none(),
         py::arg("max_ppl_ratio") = py::none(), py::arg("max_kld") = py::none(), py::arg("threads") = py::none(),
-        py::arg("progress") = true);
+        py::arg("progress") = true, py::arg("device") = "cpu");
   m.def("bench", &cmd_bench, py::arg("model"), py::arg("prompt") = 512, py::arg("gen") = 128, py::arg("batch") = 1,
-        py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none());
+        py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu");
   m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = "Q4_K_M",
         py::arg("imatrix") = py::none(), py::arg("force") = false, py::arg("allow_nonfinite") = false,
         py::arg("threads") = py::none(), py::arg("progress") = true);
   m.def("imatrix", &cmd_imatrix, py::arg("model"), py::arg("text"), py::arg("out"), py::arg("ctx") = 512,
         py::arg("chunks") = 0, py::arg("process_output") = false, py::arg("force") = false,
-        py::arg("allow_nonfinite") = false, py::arg("threads") = py::none(), py::arg("progress") = true);
+        py::arg("allow_nonfinite") = false, py::arg("threads") = py::none(), py::arg("progress") = true,
+        py::arg("device") = "cpu");
   m.def("_quantize", &cmd_quantize, py::arg("model"), py::arg("recipe_path"), py::arg("out"), py::arg("calib") = "",
         py::arg("threads") = py::none(), py::arg("max_memory") = 0, py::arg("allow_nonfinite") = false,
         py::arg("progress") = true, py::arg("eval_text") = "", py::arg("eval_max_chunks") = 0, py::arg("invocation") = "",

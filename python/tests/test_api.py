@@ -155,15 +155,32 @@ def test_quantize_list_calib_is_kept_and_reproducible(tmp_path):
 
 def test_quantize_on_the_device_host_build(tmp_path):
     samples = [line for line in CALIB_TEXT.read_text().splitlines() if line.strip()][:24]
+    # RTN needs no calibration forward: the same bytes as the CPU.
+    rtn = (RECIPES / "w4-rtn.yaml").read_text()
+    qf.quantize(FIXTURE, rtn, tmp_path / "rcpu", threads=2, progress=False)
+    qf.quantize(FIXTURE, rtn, tmp_path / "rhost", threads=2, progress=False, device="host")
+    assert (tmp_path / "rcpu/model.safetensors").read_bytes() == (tmp_path / "rhost/model.safetensors").read_bytes()
+    # GPTQ's layers run on the device's forward: a checkpoint as good as the CPU's.
     recipe = (RECIPES / "w4-gptq.yaml").read_text()
     a = qf.quantize(FIXTURE, recipe, tmp_path / "cpu", calib=samples, threads=2, progress=False)
     b = qf.quantize(FIXTURE, recipe, tmp_path / "host", calib=samples, threads=2, progress=False, device="host")
-    assert (tmp_path / "cpu/model.safetensors").read_bytes() == (tmp_path / "host/model.safetensors").read_bytes()
     assert a.report["device"] == "cpu" and b.report["device"] == "host"
     assert "device='host'" in b.report["invocation"]
+    ea = qf.evaluate(tmp_path / "cpu", EVAL_TEXT, baseline=FIXTURE, max_chunks=4, threads=2, progress=False)
+    eb = qf.evaluate(tmp_path / "host", EVAL_TEXT, baseline=FIXTURE, max_chunks=4, threads=2, progress=False,
+                     device="host")
+    assert ea["device"] == "cpu" and eb["device"] == "host" and eb["device_bytes"] > 0
+    assert ea["kld"]["mean"] > 0 and abs(eb["kld"]["mean"] - ea["kld"]["mean"]) <= 0.05 * ea["kld"]["mean"]
+    bench = qf.bench(FIXTURE, prompt=16, gen=2, threads=2, device="host")
+    assert bench["device"] == "host" and bench["decode_tokens_per_s"] > 0
+    im = qf.imatrix(FIXTURE, CALIB_TEXT, tmp_path / "i.gguf", ctx=128, chunks=1, threads=2, progress=False,
+                    device="host")
+    assert im["entries"] > 0
     with pytest.raises(qf.UsageError):
         qf.quantize(FIXTURE, recipe, tmp_path / "x", calib=samples, progress=False, device="gpu")
     assert not (tmp_path / "x").exists()
+    with pytest.raises(qf.Unsupported):
+        qf.bench(FIXTURE, prompt=8, gen=1, batch=2, device="host")
 
 
 def test_errors_are_typed(tmp_path):

@@ -1,15 +1,25 @@
 #include "calibration/imatrix_collect.h"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 #include "core/error.h"
 #include "core/io.h"
 #include "core/text_input.h"
 #include "formats/hf/resolve.h"
+#include "runtime/device_runtime.h"
 #include "runtime/finite_weights.h"
 
 namespace qf {
 namespace {
+
+// The GGUF name of a layer Linear's imatrix entry (layer -1: output.weight).
+std::string entry_name(int64_t layer, rt::LinearObserver::Slot slot) {
+  static const char* parts[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  if (slot == rt::LinearObserver::LmHead) return "output.weight";
+  return "blk." + std::to_string(layer) + "." + parts[slot] + ".weight";
+}
 
 class SquareSums final : public rt::LinearObserver {
  public:
@@ -17,7 +27,7 @@ class SquareSums final : public rt::LinearObserver {
 
   void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) override {
     if (slot == LmHead && !output_) return;
-    Acc& a = acc_[name(layer, slot)];
+    Acc& a = acc_[entry_name(layer, slot)];
     if (a.sum.empty()) a.sum.assign(static_cast<size_t>(in), 0.0);
     for (int64_t t = 0; t < n; ++t) {
       const float* r = x + t * in;
@@ -38,11 +48,6 @@ class SquareSums final : public rt::LinearObserver {
   }
 
  private:
-  static std::string name(int64_t layer, Slot slot) {
-    static const char* parts[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-    if (slot == LmHead) return "output.weight";
-    return "blk." + std::to_string(layer) + "." + parts[slot] + ".weight";
-  }
   struct Acc {
     std::vector<double> sum;
     int64_t count = 0;
@@ -50,6 +55,51 @@ class SquareSums final : public rt::LinearObserver {
   bool output_;
   std::map<std::string, Acc> acc_;
 };
+
+// The chunk's tokens: llama-imatrix replaces the first with BOS.
+std::vector<int32_t> chunk_tokens(const std::vector<int32_t>& ids, const Tokenizer& tok, int64_t c, int64_t ctx) {
+  std::vector<int32_t> t(ids.begin() + c * ctx, ids.begin() + (c + 1) * ctx);
+  if (tok.bos_id() >= 0) t[0] = tok.bos_id();
+  return t;
+}
+
+// compute_imatrix on the device decoder: the same sums, taken on the device.
+Imatrix device_imatrix(const rt::Model& model, const Tokenizer& tok, const std::vector<int32_t>& ids, int64_t chunks,
+                       const ImatrixOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
+  const std::string where = std::string("imatrix --device ") + device::kind_name(o.device);
+  device::require_device_memory(o.device, rt::device_decoder_bytes(model, o.ctx), where);
+  std::unique_ptr<rt::DeviceDecoder> dev = rt::make_device_decoder(o.device, model, o.ctx);
+  dev->collect_square_sums(o.process_output);
+  // llama-imatrix asks for every position's logits; output.weight then sees all tokens.
+  const std::vector<uint8_t> want(static_cast<size_t>(o.ctx), o.process_output ? 1 : 0);
+  std::vector<float> logits;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const std::vector<int32_t> t = chunk_tokens(ids, tok, c, o.ctx);
+    dev->reset();
+    dev->forward(t.data(), o.ctx, want.data(), logits);
+    if (progress) progress(c + 1, chunks);
+  }
+  Imatrix m;
+  auto add = [&](const std::string& name, const std::vector<double>& sums, int64_t tokens) {
+    ImatrixEntry e;
+    e.in_sum2.assign(sums.begin(), sums.end());
+    e.count = static_cast<float>(tokens);
+    m.entries.emplace(name, std::move(e));
+  };
+  for (int64_t li = 0; li < model.config().num_hidden_layers; ++li)
+    for (const rt::LayerLinear& ll : rt::kLayerLinears) {
+      using S = rt::LinearObserver;
+      const S::Slot in = S::input_of(ll.slot);
+      const rt::LayerInput input = in == S::Q ? rt::LayerInput::Attention
+                                   : in == S::O ? rt::LayerInput::O
+                                   : in == S::Gate ? rt::LayerInput::Mlp
+                                                   : rt::LayerInput::Down;
+      add(entry_name(li, ll.slot), dev->square_sums(li, input), dev->square_sum_tokens(li));
+    }
+  if (o.process_output) add(entry_name(-1, rt::LinearObserver::LmHead), dev->square_sums(-1, rt::LayerInput::Attention),
+                            dev->square_sum_tokens(-1));
+  return m;
+}
 
 }  // namespace
 
@@ -66,22 +116,24 @@ Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std:
                         "the text has " + std::to_string(ids.size()) + " tokens, fewer than one chunk of " +
                             std::to_string(o.ctx) + " (use a longer text or a smaller --ctx)");
   if (o.max_chunks > 0) chunks = std::min(chunks, o.max_chunks);
-  SquareSums sums(o.process_output);
-  std::vector<float> logits;
-  for (int64_t c = 0; c < chunks; ++c) {
-    rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);
-    const int32_t seq = cache.add_sequence();
-    rt::Batch b;
-    for (int64_t j = 0; j < o.ctx; ++j) {
-      int32_t id = ids[static_cast<size_t>(c * o.ctx + j)];
-      if (j == 0 && tok.bos_id() >= 0) id = tok.bos_id();
+  Imatrix m;
+  if (o.device != device::Kind::Cpu) {
+    m = device_imatrix(model, tok, ids, chunks, o, progress);
+  } else {
+    SquareSums sums(o.process_output);
+    std::vector<float> logits;
+    for (int64_t c = 0; c < chunks; ++c) {
+      rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);
+      const int32_t seq = cache.add_sequence();
+      rt::Batch b;
+      const std::vector<int32_t> t = chunk_tokens(ids, tok, c, o.ctx);
       // llama-imatrix asks for every position's logits; output.weight then sees all tokens.
-      b.add(id, seq, j, o.process_output);
+      for (int64_t j = 0; j < o.ctx; ++j) b.add(t[static_cast<size_t>(j)], seq, j, o.process_output);
+      model.forward(b, cache, logits, pool, &sums);
+      if (progress) progress(c + 1, chunks);
     }
-    model.forward(b, cache, logits, pool, &sums);
-    if (progress) progress(c + 1, chunks);
+    m = sums.result();
   }
-  Imatrix m = sums.result();
   m.chunk_count = static_cast<uint32_t>(chunks);
   m.chunk_size = static_cast<uint32_t>(o.ctx);
   if (!o.dataset.empty()) m.datasets.push_back(o.dataset);

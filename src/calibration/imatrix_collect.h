@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "formats/gguf/imatrix.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
@@ -22,6 +23,9 @@ struct ImatrixOptions {
   int64_t max_chunks = 0;       // 0: every chunk of the text
   bool process_output = false;  // also output.weight (llama-imatrix --process-output)
   std::string dataset;          // name recorded in imatrix.datasets
+  // Where the forward passes and the sums run: the CPU runtime, or the
+  // device decoder (runtime/device_runtime.h), which sums on the device.
+  device::Kind device = device::Kind::Cpu;
 };
 
 // Entries are keyed by GGUF tensor name (blk.N.attn_q.weight, ...).

@@ -29,6 +29,7 @@
 #include "quantizers/gptq.h"
 #include "quantizers/rtn.h"
 #include "recipe/recipe.h"
+#include "runtime/device_runtime.h"
 #include "runtime/finite_weights.h"
 #include "runtime/model.h"
 
@@ -109,16 +110,17 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                                                    ") has no device version; quantize with --device cpu");
   const bool gptq = plan.quantizer == QuantMethod::Gptq;
   const CheckpointFormat& format = *plan.format;
+  const std::string on_device = "device " + std::string(device::kind_name(job.device)) + ": ";
+  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
+  uint64_t gptq_need = 0;
   if (gptq && job.device != device::Kind::Cpu) {
     // The largest Linear's device memory, said up front and, on a GPU, checked.
     const ModelConfig& c = model->config();
     const int64_t shapes[4][2] = {{c.q_dim(), c.hidden_size}, {c.hidden_size, c.q_dim()},
                                   {c.intermediate_size, c.hidden_size}, {c.hidden_size, c.intermediate_size}};
-    uint64_t need = 0;
-    for (const auto& sh : shapes) need = std::max(need, gptq_device_bytes(sh[0], sh[1], plan.gptq.block_size));
-    log("device " + std::string(device::kind_name(job.device)) + ": GPTQ needs up to " +
-        std::to_string((need + (1u << 20) - 1) >> 20) + " MiB of device memory per Linear");
-    device::require_device_memory(job.device, need, "quantize " + job.model);
+    for (const auto& sh : shapes) gptq_need = std::max(gptq_need, gptq_device_bytes(sh[0], sh[1], plan.gptq.block_size));
+    log(on_device + "GPTQ needs up to " + mib(gptq_need) + " of device memory per Linear");
+    device::require_device_memory(job.device, gptq_need, "quantize " + job.model);
   }
 
   std::vector<std::vector<int32_t>> samples;
@@ -189,7 +191,19 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   // keeps the pipeline's bookkeeping; nothing is observed on it.
   if (!plan.needs_calibration) samples = {{tok->bos_id() >= 0 ? tok->bos_id() : 0, 0}};
 
+  if (job.device != device::Kind::Cpu) {
+    // The calibration forward: one layer, its cache, activations and Hessians
+    // on the device, next to the GPTQ solve of one Linear.
+    int64_t longest = 1;
+    for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
+    const uint64_t fwd = rt::device_layer_pass_bytes(*model, longest, gptq);
+    log(on_device + "the calibration forward needs up to " + mib(fwd) + " of device memory (one layer at a time); " +
+        mib(fwd + gptq_need) + " in all");
+    device::require_device_memory(job.device, fwd + gptq_need, "quantize " + job.model);
+  }
+
   SequentialOptions so;
+  so.device = job.device;
   so.hessian_weighted_error = gptq;
   so.max_memory_bytes = job.max_memory_bytes;
   so.spill_beside = stage.final_path();
@@ -392,6 +406,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     req.text = job.eval_text.string();
     req.baseline = job.model;
     req.ppl.max_spans = job.eval_max_chunks;
+    req.device = device::kind_name(job.device);  // where the layers ran
     eval::EvalRun run = eval::run_eval(req, pool, job.eval_progress);
     run.report["model"] = job.out.string();  // where it will be, not the staging folder
     report["evaluation"] = run.report;

@@ -9,6 +9,7 @@
 
 #include "calibration/activation_store.h"
 #include "core/error.h"
+#include "runtime/device_runtime.h"
 
 namespace qf {
 namespace {
@@ -29,6 +30,16 @@ class CaptureObserver final : public rt::LinearObserver {
       for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
     }
     if (h_[slot]) h_[slot]->add(x, n, in, pool_);
+  }
+  // Takes the Hessians and ranges a device layer pass measured instead.
+  void adopt(const rt::DeviceLayerPass& dev) {
+    static constexpr std::pair<Slot, rt::LayerInput> kInputs[] = {
+        {Q, rt::LayerInput::Attention}, {O, rt::LayerInput::O}, {Gate, rt::LayerInput::Mlp}, {Down, rt::LayerInput::Down}};
+    for (const auto& [slot, input] : kInputs) {
+      if (h_[slot])
+        h_[slot] = HessianAccumulator::from_matrix(h_[slot]->cols(), dev.captured_rows(input), dev.hessian(input));
+      if (ranges_) range_[slot] = dev.range(input);
+    }
   }
   // The input range of a Linear's slot (0, 0 when ranges are not observed).
   std::pair<float, float> range(Slot s) const { return range_[input_of(s)]; }
@@ -77,6 +88,16 @@ void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector
     cache.reserve(seq, n);
     std::vector<float> x = hidden.load(s);
     model.forward_layer(li, b, x.data(), cache, pool, obs);
+    if (write_back) hidden.store(s, x);
+  }
+}
+
+// run_layer on the device: the layer pass has the layer loaded.
+void run_layer_on(rt::DeviceLayerPass& dev, const std::vector<std::vector<int32_t>>& samples, ActivationStore& hidden,
+                  bool write_back) {
+  for (size_t s = 0; s < samples.size(); ++s) {
+    std::vector<float> x = hidden.load(s);
+    dev.run(x.data(), static_cast<int64_t>(samples[s].size()), write_back);
     if (write_back) hidden.store(s, x);
   }
 }
@@ -135,10 +156,17 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   }
   if (opts.resume_layers > 0 && !opts.restore)
     throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
+  std::unique_ptr<rt::DeviceLayerPass> dev;
+  if (opts.device != device::Kind::Cpu) {
+    int64_t longest = 1;
+    for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
+    dev = rt::make_device_layer_pass(opts.device, model, longest);
+  }
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     if (li < opts.resume_layers) {
       opts.restore(li);
-      run_layer(model, li, samples, hidden, pool, nullptr, true);
+      if (dev) dev->load(li), run_layer_on(*dev, samples, hidden, true);
+      else run_layer(model, li, samples, hidden, pool, nullptr, true);
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -148,8 +176,18 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (opts.hessian_weighted_error || opts.observe_ranges) {
       obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
                                               opts.hessian_weighted_error, opts.observe_ranges);
-      run_layer(model, li, samples, hidden, pool, obs.get(), false);
-      obs->finish();
+      if (dev) {
+        dev->load(li);
+        dev->begin_capture(rt::LayerCapture{opts.hessian_weighted_error, opts.observe_ranges, false});
+        run_layer_on(*dev, samples, hidden, false);
+        dev->end_capture();
+        obs->adopt(*dev);
+        dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
+        dev->end_capture();
+      } else {
+        run_layer(model, li, samples, hidden, pool, obs.get(), false);
+        obs->finish();
+      }
     }
     rt::LayerWeights& L = model.mutable_layer(li);
     // Before any of the layer's Linears is replaced by its quantized form.
@@ -187,9 +225,17 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       slot = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
       done.push_back(std::move(*q));
     }
-    KvObserver kv;
-    run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
-    if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
+    if (dev) {
+      dev->load(li);  // the quantized Linears, decoded
+      dev->begin_capture(rt::LayerCapture{false, false, opts.kv_amax != nullptr});
+      run_layer_on(*dev, samples, hidden, true);
+      dev->end_capture();
+      if (opts.kv_amax) opts.kv_amax->push_back(dev->kv_amax());
+    } else {
+      KvObserver kv;
+      run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
+      if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
+    }
     if (layer_done) layer_done(li, done, seconds_since(t0));
   }
 }

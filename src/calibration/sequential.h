@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "quantizers/act_quant.h"
 #include "quantizers/gptq.h"
 #include "quantizers/quant_scheme.h"
@@ -91,6 +92,12 @@ struct SequentialOptions {
   // transform, quantize nor layer_done is called for them.
   int64_t resume_layers = 0;
   std::function<void(int64_t layer)> restore;
+  // Where the layers run: the CPU runtime, or (host, cuda) the device layer
+  // pass (runtime/device_runtime.h), which also accumulates the Hessians on
+  // the device. The hidden states between layers stay in the ActivationStore
+  // (host memory, spilled to disk beyond max_memory_bytes) either way. The
+  // transform callback (AWQ, SmoothQuant) still runs on the CPU.
+  device::Kind device = device::Kind::Cpu;
 };
 
 // Which of the fused sets a layer Linear belongs to: 0 for q/k/v (vLLM's

@@ -107,6 +107,15 @@ QF_HD inline float exp_f32(float x) {
 #endif
 }
 
+// The square root in double (correctly rounded on both sides).
+QF_HD inline double sqrt_f64(double x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
 // pow(a, b) in double: std::pow on the host, the CUDA math library's pow
 // (within 2 ulp of it) on the device.
 QF_HD inline double pow_f64(double a, double b) {

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/device_runtime.h"
 
 namespace qf::eval {
 namespace {
@@ -78,6 +80,56 @@ double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes) {
   return best;
 }
 
+namespace {
+
+// run_bench on the device decoder: one sequence, the prompt in one forward,
+// then a token per forward.
+BenchResult run_device_bench(const rt::Model& model, const BenchOptions& o, BenchResult r) {
+  const std::string where = std::string("bench --device ") + device::kind_name(o.device);
+  if (o.batch != 1) throw unsupported(where, "the device decoder runs one sequence; --batch above 1 runs on the CPU only for now");
+  if (o.kv_dtype != rt::KvDType::F16)
+    throw unsupported(where, std::string("the device decoder keeps an f16 KV cache; --kv-dtype ") +
+                                 rt::kv_dtype_name(o.kv_dtype) + " runs on the CPU only for now");
+  const int64_t per_seq = o.prompt + o.gen;
+  r.device_bytes = rt::device_decoder_bytes(model, per_seq);
+  device::require_device_memory(o.device, r.device_bytes, where);
+  std::unique_ptr<rt::DeviceDecoder> dev = rt::make_device_decoder(o.device, model, per_seq);
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.vocab_size() - 1));
+  double best_prefill = 1e300, best_decode = 1e300;
+  std::vector<float> logits;
+  for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
+    dev->reset();
+    std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
+    for (int32_t& t : prompt) t = tok(rng);
+    std::vector<uint8_t> want(prompt.size(), 0);
+    want.back() = 1;
+    const double t0 = now_s();
+    dev->forward(prompt.data(), o.prompt, want.data(), logits);  // the logits' download waits for the device
+    best_prefill = std::min(best_prefill, now_s() - t0);
+    const uint8_t one = 1;
+    const double t1 = now_s();
+    for (int64_t step = 0; step < o.gen; ++step) {
+      const int32_t t = tok(rng);
+      dev->forward(&t, 1, &one, logits);
+    }
+    best_decode = std::min(best_decode, now_s() - t1);
+  }
+  r.prefill_tokens_per_s = static_cast<double>(o.prompt) / best_prefill;
+  r.decode_tokens_per_s = o.gen > 0 ? static_cast<double>(o.gen) / best_decode : 0;
+  r.ttft_seconds = best_prefill;
+  r.kv_bytes_per_token = dev->kv_bytes_per_token();
+  r.kv_bytes_reserved = r.kv_bytes_per_token * static_cast<uint64_t>(per_seq);
+  r.kv_bytes_used = r.kv_bytes_per_token * static_cast<uint64_t>(dev->position());
+  r.weight_bytes_per_step = dev->weight_bytes_per_token();
+  r.peak_rss_bytes = peak_rss_bytes();
+  r.read_bandwidth_bytes_per_s = rt::device_read_bandwidth(o.device, r.weight_bytes_per_step);
+  r.decode_bound_tokens_per_s = r.read_bandwidth_bytes_per_s / static_cast<double>(r.weight_bytes_per_step);
+  return r;
+}
+
+}  // namespace
+
 BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool) {
   if (o.prompt < 1 || o.gen < 0 || o.batch < 1) throw Error(ErrorKind::Usage, "bench: -p >= 1, -n >= 0 and --batch >= 1");
   if (model.max_context() > 0 && o.prompt + o.gen > model.max_context())
@@ -88,6 +140,8 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
   r.kv_dtype = rt::kv_dtype_name(o.kv_dtype);
   r.simd = rt::simd_level_name(rt::simd_level());
   r.threads = pool.size();
+  r.device = device::kind_name(o.device);
+  if (o.device != device::Kind::Cpu) return run_device_bench(model, o, r);
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model.vocab_size() - 1));
   const int64_t per_seq = o.prompt + o.gen;
@@ -145,6 +199,8 @@ nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Mode
                               {"batch", r.batch},
                               {"kv_dtype", r.kv_dtype},
                               {"threads", r.threads},
+                              {"device", r.device},
+                              {"device_bytes", r.device_bytes},
                               {"simd", r.simd},
                               {"prefill_tokens_per_s", r.prefill_tokens_per_s},
                               {"decode_tokens_per_s", r.decode_tokens_per_s},

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "runtime/model.h"
 
 namespace qf::eval {
@@ -20,11 +21,16 @@ struct BenchOptions {
   int reps = 1;           // repetitions; the best is reported
   rt::KvDType kv_dtype = rt::KvDType::F16;
   uint64_t seed = 1;
+  // Where the forward passes run: the CPU runtime, or the device decoder
+  // (runtime/device_runtime.h: one sequence, f16 KV cache).
+  device::Kind device = device::Kind::Cpu;
 };
 
 struct BenchResult {
   int64_t prompt = 0, gen = 0, batch = 0;
   std::string kv_dtype, simd;
+  std::string device = "cpu";
+  uint64_t device_bytes = 0;  // device memory the decoder needs at most (0 on the CPU)
   int threads = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, ttft_seconds = 0;
   uint64_t kv_bytes_reserved = 0, kv_bytes_used = 0, kv_bytes_per_token = 0;
@@ -34,6 +40,11 @@ struct BenchResult {
   double decode_bound_tokens_per_s = 0;     // batch * read bandwidth / weight bytes per step
 };
 
+// On a device: weight bytes per step and the read bandwidth are the
+// device's (the decoder's stored weights, a device reduction's rate); the
+// KV figures are its f32 cache; peak RSS is the host's. Unsupported for a
+// batch above 1 or a cache other than f16 there; Io when the device's
+// memory cannot hold the decoder.
 BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool& pool);
 
 // bench --json's object: the model argument as given, its format and size, and the results.

@@ -27,6 +27,8 @@ nlohmann::ordered_json report(const EvalRequest& o, const EvalResult& r, const s
                               {"seconds", r.seconds},
                               {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
                               {"kv_dtype", o.kv},
+                              {"device", r.device},
+                              {"device_bytes", r.device_bytes},
                               {"simd", rt::simd_level_name(rt::simd_level())}};
   const std::vector<std::string> problems = measurement_problems(r);
   j["valid"] = problems.empty();
@@ -59,6 +61,7 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
   PplOptions p = req.ppl;
   p.kv_dtype = rt::parse_kv_dtype(req.kv);
+  p.device = device::resolve(req.device, "eval --device " + req.device);
   const std::string text = read_text_input(req.text);
   std::unique_ptr<rt::Model> model = rt::load_model(req.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());

@@ -20,6 +20,7 @@ struct EvalRequest {
   std::string text;      // path of the UTF-8 text
   std::string baseline;  // optional reference model (same vocabulary)
   std::string kv = "f16";
+  std::string device = "cpu";  // cpu, host, cuda or auto (device::resolve)
   PplOptions ppl;        // kv_dtype is set from `kv`
   Gate gate;
 };

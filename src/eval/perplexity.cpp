@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/device_runtime.h"
 #include "runtime/sampler.h"
 
 namespace qf::eval {
@@ -112,7 +114,19 @@ bool all_finite(const float* x, int64_t n) {
   return true;
 }
 
-double run_span(const rt::Model& m, const Span& s, const PplOptions& o, ThreadPool& pool, std::vector<float>& logits) {
+// The logits a span scores (rows first_scored .. size-2), by the CPU runtime
+// or, when `dev` is given, by the device decoder; returns the seconds taken.
+double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const PplOptions& o, ThreadPool& pool,
+                std::vector<float>& logits) {
+  if (dev) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    std::vector<uint8_t> want(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) want[static_cast<size_t>(j)] = j >= s.first_scored && j + 1 < n;
+    auto t0 = std::chrono::steady_clock::now();
+    dev->reset();
+    dev->forward(s.tokens.data(), n, want.data(), logits);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   rt::KvCache cache = m.make_cache(o.kv_dtype, static_cast<int64_t>(s.tokens.size()));
   const int32_t seq = cache.add_sequence();
   rt::Batch b;
@@ -136,13 +150,29 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   r.ctx = o.ctx > 0 ? o.ctx : default_ctx(o.mode);
   r.spans = static_cast<int64_t>(spans.size());
   r.has_baseline = baseline != nullptr;
+  r.device = device::kind_name(o.device);
   std::vector<double> nll, base_nll, kld;
   std::vector<uint8_t> top1, bad, base_bad;
   std::vector<float> logits, base_logits;
+  std::unique_ptr<rt::DeviceDecoder> dev, base_dev;
+  if (o.device != device::Kind::Cpu) {
+    const std::string where = std::string("eval --device ") + device::kind_name(o.device);
+    if (o.kv_dtype != rt::KvDType::F16)
+      throw unsupported(where, std::string("the device decoder keeps an f16 KV cache; --kv-dtype ") +
+                                   rt::kv_dtype_name(o.kv_dtype) + " runs on the CPU only for now");
+    int64_t longest = 1;
+    for (const Span& s : spans) longest = std::max(longest, static_cast<int64_t>(s.tokens.size()));
+    const uint64_t need =
+        rt::device_decoder_bytes(model, longest) + (baseline ? rt::device_decoder_bytes(*baseline, longest) : 0);
+    r.device_bytes = need;
+    device::require_device_memory(o.device, need, where);
+    dev = rt::make_device_decoder(o.device, model, longest);
+    if (baseline) base_dev = rt::make_device_decoder(o.device, *baseline, longest);
+  }
   for (size_t si = 0; si < spans.size(); ++si) {
     const Span& s = spans[si];
-    r.seconds += run_span(model, s, o, pool, logits);
-    if (baseline) r.base_seconds += run_span(*baseline, s, o, pool, base_logits);
+    r.seconds += run_span(model, dev.get(), s, o, pool, logits);
+    if (baseline) r.base_seconds += run_span(*baseline, base_dev.get(), s, o, pool, base_logits);
     r.tokens_processed += static_cast<int64_t>(s.tokens.size());
     // Per scored token, independently (so any thread count gives the same
     // numbers): NLL, and against the baseline KL and top-1 agreement.

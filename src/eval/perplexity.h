@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
 
@@ -41,6 +42,9 @@ struct PplOptions {
   bool keep_tail = false;
   int64_t max_spans = 0;    // 0: all
   rt::KvDType kv_dtype = rt::KvDType::F16;
+  // Where the forward passes run: the CPU runtime, or the device decoder
+  // (runtime/device_runtime.h; f16 KV cache only). Scoring stays on the CPU.
+  device::Kind device = device::Kind::Cpu;
 };
 
 struct Span {
@@ -63,6 +67,8 @@ struct EvalResult {
   int64_t ctx = 0, spans = 0, tokens_scored = 0, tokens_processed = 0;
   double nll_mean = 0, ppl = 0, ppl_stderr = 0;
   double seconds = 0;  // forward time of the evaluated model
+  std::string device = "cpu";  // where the forward passes ran
+  uint64_t device_bytes = 0;   // device memory the decoders need at most (0 on the CPU)
   // With a baseline:
   bool has_baseline = false;
   double base_nll_mean = 0, base_ppl = 0, ppl_delta = 0, ppl_ratio = 0;
@@ -81,7 +87,10 @@ std::vector<std::string> measurement_problems(const EvalResult& r);
 // tokens: KL(baseline || model) per scored token, its mean, 99th percentile
 // and maximum, and how often both models' top-1 tokens agree. Non-finite
 // logits are counted, and NaN propagates into the results (never clamped to
-// a harmless-looking number); InvalidInput when no token is scored.
+// a harmless-looking number); InvalidInput when no token is scored. With
+// o.device host or cuda the model (and baseline) run on the device decoder:
+// Unsupported for a KV cache other than f16, Io when the device's memory
+// cannot hold both decoders (device_decoder_bytes).
 EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std::vector<Span>& spans,
                     const PplOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress = {});
 

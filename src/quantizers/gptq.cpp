@@ -138,6 +138,16 @@ void HessianAccumulator::flush(ThreadPool* pool) {
 
 void HessianAccumulator::finish(ThreadPool* pool) { flush(pool); }
 
+HessianAccumulator HessianAccumulator::from_matrix(int64_t cols, int64_t samples, std::vector<double> h) {
+  HessianAccumulator a(cols);
+  if (samples < 0 || h.size() != static_cast<size_t>(cols * cols))
+    throw invalid_input("hessian", "a " + std::to_string(cols) + "-column Hessian needs " + std::to_string(cols * cols) +
+                                       " values, got " + std::to_string(h.size()));
+  a.h_ = std::move(h);
+  a.n_ = samples;
+  return a;
+}
+
 const std::vector<double>& HessianAccumulator::matrix() const {
   if (!finished())
     throw Error(ErrorKind::Internal, "hessian: matrix() read with " + std::to_string(pending_rows_) +

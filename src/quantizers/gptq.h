@@ -76,6 +76,10 @@ class HessianAccumulator {
   static constexpr int64_t kChunk = 256;
 
   explicit HessianAccumulator(int64_t cols);
+  // A finished accumulator holding a Hessian computed elsewhere (the
+  // device's): h is [cols * cols] symmetric, 2/N sum x x^T over `samples`
+  // rows. InvalidInput when the sizes disagree.
+  static HessianAccumulator from_matrix(int64_t cols, int64_t samples, std::vector<double> h);
   // x: [n_rows, cols] row-major f32. `cols` must equal cols() (else InvalidInput).
   void add(const float* x, int64_t n_rows, int64_t cols);
   void add(const float* x, int64_t n_rows, int64_t cols, ThreadPool& pool);

@@ -46,12 +46,17 @@ HessianSum::HessianSum(int64_t cols) : s_(std::make_unique<State>()) {
 HessianSum::~HessianSum() = default;
 
 void HessianSum::add(const float* x, int64_t n_rows) {
+  if (n_rows <= 0) return add_device(nullptr, n_rows);
+  const dvec<float> xf = upload(x, n_rows * s_->cols);
+  add_device(raw(xf), n_rows);
+}
+
+void HessianSum::add_device(const float* x, int64_t n_rows) {
   if (n_rows < 0) throw invalid_input("hessian", "negative row count");
   if (n_rows == 0) return;
   const int64_t c = s_->cols;
-  const dvec<float> xf = upload(x, n_rows * c);
   dvec<double> xd(static_cast<size_t>(n_rows * c));
-  for_each_index(n_rows * c, ToDouble{raw(xf), raw(xd)});
+  for_each_index(n_rows * c, ToDouble{x, raw(xd)});
   s_->blas.syrk(Uplo::Lower, Op::N, c, n_rows, 1.0, raw(xd), c, 1.0, raw(s_->sum), c);
   s_->n += n_rows;
 }

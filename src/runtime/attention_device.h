@@ -13,12 +13,14 @@
 
 namespace qf::QF_DEV_NS {
 
-// q: [n, heads * hd], k and v: [n, kv_heads * hd], out: [n, heads * hd],
-// all row-major device arrays; token t at position t. Query head h reads
-// key/value head h / (heads / kv_heads). window > 0: query t sees keys
-// [t - window + 1, t], else [0, t]. `scores` is resized to
-// heads / kv_heads * n * n floats.
-void attention_prefill(Blas& blas, const float* q, const float* k, const float* v, float* out, int64_t n, int64_t heads,
-                       int64_t kv_heads, int64_t hd, int64_t window, dvec<float>& scores);
+// k and v: [nk, kv_heads * hd], the keys and values of positions 0..nk-1;
+// q: [nq, heads * hd], the queries of the last nq of them (query t at
+// position p = nk - nq + t; nq == nk is a prefill, nq == 1 a decode step);
+// out: [nq, heads * hd]. All row-major device arrays. Query head h reads
+// key/value head h / (heads / kv_heads). window > 0: query p sees keys
+// [p - window + 1, p], else [0, p]. `scores` is resized to
+// heads / kv_heads * nq * nk floats.
+void causal_attention(Blas& blas, const float* q, const float* k, const float* v, float* out, int64_t nq, int64_t nk,
+                      int64_t heads, int64_t kv_heads, int64_t hd, int64_t window, dvec<float>& scores);
 
 }  // namespace qf::QF_DEV_NS

@@ -18,18 +18,20 @@
 namespace qf {
 namespace {
 
+// Queries are the last nq of nk positions: query row r is at position nk - nq + r.
 std::vector<double> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                              int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, int64_t window) {
-  std::vector<double> out(static_cast<size_t>(n * heads * hd), 0.0);
+                              int64_t nq, int64_t nk, int64_t heads, int64_t kv_heads, int64_t hd, int64_t window) {
+  std::vector<double> out(static_cast<size_t>(nq * heads * hd), 0.0);
   const int64_t group = heads / kv_heads;
-  for (int64_t t = 0; t < n; ++t)
+  for (int64_t r = 0; r < nq; ++r)
     for (int64_t h = 0; h < heads; ++h) {
+      const int64_t t = nk - nq + r;
       const int64_t g = h / group, lo = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
       std::vector<double> s;
       for (int64_t i = lo; i <= t; ++i) {
         double dot = 0;
         for (int64_t d = 0; d < hd; ++d)
-          dot += static_cast<double>(q[static_cast<size_t>((t * heads + h) * hd + d)]) *
+          dot += static_cast<double>(q[static_cast<size_t>((r * heads + h) * hd + d)]) *
                  k[static_cast<size_t>((i * kv_heads + g) * hd + d)];
         s.push_back(dot / std::sqrt(static_cast<double>(hd)));
       }
@@ -38,28 +40,32 @@ std::vector<double> reference(const std::vector<float>& q, const std::vector<flo
       for (double& x : s) sum += (x = std::exp(x - m));
       for (int64_t i = lo; i <= t; ++i)
         for (int64_t d = 0; d < hd; ++d)
-          out[static_cast<size_t>((t * heads + h) * hd + d)] +=
+          out[static_cast<size_t>((r * heads + h) * hd + d)] +=
               s[static_cast<size_t>(i - lo)] / sum * v[static_cast<size_t>((i * kv_heads + g) * hd + d)];
     }
   return out;
 }
 
 struct Shape {
-  int64_t n, heads, kv_heads, hd, window;
+  int64_t nq, nk, heads, kv_heads, hd, window;
 };
 
 template <class F>
 void expect_matches(F attention, const std::string& dev) {
-  for (const Shape& sh : {Shape{37, 6, 2, 16, 0}, Shape{53, 5, 5, 24, 0}, Shape{41, 4, 1, 32, 9}, Shape{1, 3, 3, 8, 0}}) {
-    std::mt19937 rng(static_cast<uint32_t>(sh.n * 7 + sh.heads));
+  // Prefills (nq == nk), a decode step (nq == 1) and a continued prefill,
+  // with and without a window.
+  for (const Shape& sh : {Shape{37, 37, 6, 2, 16, 0}, Shape{53, 53, 5, 5, 24, 0}, Shape{41, 41, 4, 1, 32, 9},
+                          Shape{1, 1, 3, 3, 8, 0}, Shape{1, 29, 6, 3, 16, 0}, Shape{1, 29, 6, 3, 16, 7},
+                          Shape{13, 45, 4, 2, 8, 0}, Shape{13, 45, 4, 2, 8, 10}}) {
+    std::mt19937 rng(static_cast<uint32_t>(sh.nk * 7 + sh.nq * 3 + sh.heads + sh.window));
     std::normal_distribution<float> g(0.0f, 1.0f);
-    std::vector<float> q(static_cast<size_t>(sh.n * sh.heads * sh.hd)), k(static_cast<size_t>(sh.n * sh.kv_heads * sh.hd)),
+    std::vector<float> q(static_cast<size_t>(sh.nq * sh.heads * sh.hd)), k(static_cast<size_t>(sh.nk * sh.kv_heads * sh.hd)),
         v(k.size());
     for (auto& x : q) x = g(rng);
     for (auto& x : k) x = g(rng);
     for (auto& x : v) x = g(rng);
     const std::vector<float> got = attention(q, k, v, sh);
-    const std::vector<double> want = reference(q, k, v, sh.n, sh.heads, sh.kv_heads, sh.hd, sh.window);
+    const std::vector<double> want = reference(q, k, v, sh.nq, sh.nk, sh.heads, sh.kv_heads, sh.hd, sh.window);
     ASSERT_EQ(got.size(), want.size());
     // Error bound: a score is an f32 sum of hd products, off by at most
     // hd u sum|q_d k_d| (u = 2^-24), here <= hd u |q||k| / sqrt(hd); the
@@ -73,18 +79,19 @@ void expect_matches(F attention, const std::string& dev) {
     for (float x : v) vmax = std::max(vmax, std::fabs(static_cast<double>(x)));
     const double u = std::ldexp(1.0, -24);
     const double ds = sh.hd * u * qmax * kmax * std::sqrt(static_cast<double>(sh.hd));
-    const double tol = (2 * ds + 2.0 * (sh.n + 4) * u) * vmax;
+    const double tol = (2 * ds + 2.0 * (sh.nk + 4) * u) * vmax;
     for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], tol) << dev << " n " << sh.n << " heads " << sh.heads << "/" << sh.kv_heads << " hd "
+      ASSERT_NEAR(got[i], want[i], tol) << dev << " nq " << sh.nq << " nk " << sh.nk << " heads " << sh.heads << "/" << sh.kv_heads << " hd "
                                         << sh.hd << " window " << sh.window << " at " << i;
   }
 }
 
 TEST(DeviceAttention, HostBuildMatchesTheDefinition) {
   expect_matches([](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                    const Shape& s) { return host::attention(q.data(), k.data(), v.data(), s.n, s.heads, s.kv_heads, s.hd, s.window); },
+                    const Shape& s) { return host::attention(q.data(), k.data(), v.data(), s.nq, s.nk, s.heads, s.kv_heads, s.hd, s.window); },
                  "host");
-  EXPECT_THROW(host::attention(nullptr, nullptr, nullptr, 4, 6, 4, 8, 0), Error);  // 6 heads cannot share 4 kv heads
+  EXPECT_THROW(host::attention(nullptr, nullptr, nullptr, 4, 4, 6, 4, 8, 0), Error);  // 6 heads cannot share 4 kv heads
+  EXPECT_THROW(host::attention(nullptr, nullptr, nullptr, 5, 4, 4, 4, 8, 0), Error);  // more queries than positions
 }
 
 TEST(DeviceAttention, CudaBuildMatchesTheDefinition) {
@@ -92,7 +99,7 @@ TEST(DeviceAttention, CudaBuildMatchesTheDefinition) {
   if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device: " << why;
 #if QF_HAVE_CUDA
   expect_matches([](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                    const Shape& s) { return cuda::attention(q.data(), k.data(), v.data(), s.n, s.heads, s.kv_heads, s.hd, s.window); },
+                    const Shape& s) { return cuda::attention(q.data(), k.data(), v.data(), s.nq, s.nk, s.heads, s.kv_heads, s.hd, s.window); },
                  "cuda");
 #endif
 }

@@ -1,11 +1,127 @@
 // The runtime's device code (…_device.cpp in this folder), compiled as the
 // host build (qf::host) and, with nvcc, as the cuda build (qf::cuda, when
-// QF_HAVE_CUDA): so far the causal attention of the device decoder layer.
-// Plain C++: no Thrust or CUDA type appears here.
+// QF_HAVE_CUDA): causal attention and the decoder that eval and bench run
+// with --device host|cuda. Plain C++: no Thrust or CUDA type appears here.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
+
+#include "device/device.h"
+
+namespace qf::rt {
+
+class Model;
+
+// Most tokens one pass through a layer holds at once: longer inputs run in
+// pieces of this many (continuing the cache), bounding the activations.
+constexpr int64_t kDevicePassTokens = 512;
+
+// The four distinct Linear inputs of a decoder layer: the normed input of
+// q/k/v, o_proj's, the normed input of gate/up, down_proj's.
+enum class LayerInput { Attention = 0, O = 1, Mlp = 2, Down = 3 };
+
+// A model's decoder layers run on a device for one sequence at a time, the
+// way eval and bench use the runtime:
+//   - the weights are uploaded once: f16/bf16 Linears stay 2 bytes a weight
+//     and are widened into a scratch matrix before their GEMM; every other
+//     stored form (GGUF blocks, packed integers, FP8, NVFP4) is decoded to
+//     f32 by the Linear's own decode (dequantize, then GEMM). A Linear that
+//     quantizes its input (W8A8, FP8 or NVFP4 activations) gets it quantized
+//     by the CPU's quantize_activations, exactly as the CPU runtime does;
+//   - the K/V cache holds f32 values rounded to f16 (the CPU runtime's f16
+//     cache gives the same values); other cache types are not offered;
+//   - the embedding rows are decoded on the host and uploaded.
+// Not thread-safe; one sequence, positions 0..capacity-1.
+class DeviceDecoder {
+ public:
+  virtual ~DeviceDecoder() = default;
+  virtual int64_t capacity() const = 0;
+  // Positions cached so far (the next token's position).
+  virtual int64_t position() const = 0;
+  // Forgets the sequence: the next forward starts at position 0.
+  virtual void reset() = 0;
+  // Runs tokens[0..n) at positions position() .. position() + n - 1,
+  // appending their K/V; `logits` receives [rows with want[t], vocab] in
+  // order. InvalidInput for a token outside the vocabulary or n beyond the
+  // capacity left.
+  virtual void forward(const int32_t* tokens, int64_t n, const uint8_t* want, std::vector<float>& logits) = 0;
+  // What the cache holds for layer `layer`: [position(), kv_dim] K or V.
+  virtual std::vector<float> cached_k(int64_t layer) const = 0;
+  virtual std::vector<float> cached_v(int64_t layer) const = 0;
+  // From now on (and reset by each call), sum x_j^2 over the tokens of
+  // every forward for each input column j of each layer's four Linear
+  // inputs and, with `lm_head`, of lm_head's input on the rows that want
+  // logits: llama-imatrix's statistics, summed in double over the tokens in
+  // order, as the CPU's imatrix does.
+  virtual void collect_square_sums(bool lm_head) = 0;
+  // The sums so far: [cols] of layer `layer`'s input, or of lm_head's input
+  // (layer -1, input ignored); and the tokens they cover.
+  virtual std::vector<double> square_sums(int64_t layer, LayerInput input) const = 0;
+  virtual int64_t square_sum_tokens(int64_t layer) const = 0;
+  // Weight bytes one decode step reads on the device, and cache bytes per position.
+  virtual uint64_t weight_bytes_per_token() const = 0;
+  virtual uint64_t kv_bytes_per_token() const = 0;
+};
+
+// What a capturing pass through a layer measures.
+struct LayerCapture {
+  bool hessians = false;  // 2/N sum x x^T of each input (N: rows seen)
+  bool ranges = false;    // [min(x, 0), max(x, 0)] of each input, NaN ignored
+  bool kv_amax = false;   // the largest |K| (after RoPE) and |V|
+  bool square_sums = false;  // sum over tokens of x_j^2 per column of each input (the imatrix)
+};
+
+// One decoder layer on a device, for the sequential calibration pipeline:
+// the hidden states of one calibration sequence (positions 0..n-1, a fresh
+// cache each run) go in and come out, and a capturing run measures what
+// the layer's Linears are quantized from, on the device (GPTQ's Hessians
+// by SYRK in double). The same computation as the decoder's layers.
+class DeviceLayerPass {
+ public:
+  virtual ~DeviceLayerPass() = default;
+  // Uploads decoder layer `layer`'s current weights (again after a
+  // transform or quantization changed them).
+  virtual void load(int64_t layer) = 0;
+  // Starts measuring (the accumulators start empty), until end_capture.
+  virtual void begin_capture(const LayerCapture& what) = 0;
+  virtual void end_capture() = 0;
+  // Runs the loaded layer on x [n, hidden] (host); writes the layer's
+  // output back into x when write_back.
+  virtual void run(float* x, int64_t n, bool write_back) = 0;
+  // The measurements since begin_capture.
+  virtual int64_t captured_rows(LayerInput input) const = 0;
+  virtual std::vector<double> hessian(LayerInput input) const = 0;  // [cols * cols]
+  virtual std::pair<float, float> range(LayerInput input) const = 0;
+  virtual std::pair<float, float> kv_amax() const = 0;
+};
+
+// Device memory a layer pass over sequences of up to `capacity` tokens
+// needs at most: the largest layer's weights as stored (f32 for quantized
+// ones), its cache, the activations of one pass, and the four Hessians in
+// double with SYRK's double copy of the widest input when `hessians`.
+uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hessians);
+
+// A layer pass on device `kind` (Host or Cuda; Internal error for Cpu).
+std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
+                                                        int64_t pass_tokens = kDevicePassTokens);
+
+// Device memory a decoder of `model` with `capacity` positions needs at most:
+// weights, cache, the scratch matrix, activations of one pass and the
+// logits of up to kDevicePassTokens rows.
+uint64_t device_decoder_bytes(const Model& model, int64_t capacity);
+
+// A decoder on device `kind` (Host or Cuda; Internal error for Cpu) running
+// at most `pass_tokens` tokens through a layer at once.
+std::unique_ptr<DeviceDecoder> make_device_decoder(device::Kind kind, const Model& model, int64_t capacity,
+                                                   int64_t pass_tokens = kDevicePassTokens);
+
+// read_bandwidth of the device `kind` (Host or Cuda).
+double device_read_bandwidth(device::Kind kind, uint64_t bytes);
+
+}  // namespace qf::rt
 
 namespace qf::host {
 #include "runtime/device_runtime.inc"

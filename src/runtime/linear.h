@@ -47,6 +47,10 @@ class Linear {
   // The bias (out_features values), empty when there is none.
   virtual std::vector<float> bias_values() const = 0;
 
+  // The quantizer forward() applies to its input before the product (W8A8,
+  // FP8 or NVFP4 activations); nullptr when the activations stay f32.
+  virtual const ActQuantParams* input_quantizer() const { return nullptr; }
+
  protected:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
   int64_t in_, out_;

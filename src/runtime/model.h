@@ -145,6 +145,9 @@ class Model {
   void mlp_block(int64_t layer, const float* xn, int64_t n, float* out, ThreadPool& pool,
                  LinearObserver* observer = nullptr) const;
 
+  // The RoPE inverse frequencies [head_dim / 2], scaling and GGUF factors applied.
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
   // The weights, for quantizers that replace a layer's Linears in place.
   const ModelWeights& weights() const { return w_; }
   LayerWeights& mutable_layer(int64_t layer) { return w_.layers.at(static_cast<size_t>(layer)); }

@@ -1,0 +1,172 @@
+// The device decoder (runtime/device_runtime.h): a Model's layers on the
+// device for one sequence, the same computation as Model::forward (the CPU
+// runtime is the reference it is tested against), then the final norm and
+// lm_head for the rows that want logits.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "runtime/layer_engine_device.h"
+
+namespace qf::QF_DEV_NS {
+
+namespace {
+
+using namespace layer_engine;
+
+class Decoder final : public rt::DeviceDecoder {
+ public:
+  Decoder(const rt::Model& m, int64_t capacity, int64_t pass_tokens)
+      : m_(m), c_(m.config()), capacity_(capacity), pass_tokens_(pass_tokens), engine_((check_capacity(c_, capacity, pass_tokens), m), capacity) {
+    layers_.resize(static_cast<size_t>(c_.num_hidden_layers));
+    for (int64_t li = 0; li < c_.num_hidden_layers; ++li) {
+      DeviceLayer& d = layers_[static_cast<size_t>(li)];
+      upload_layer(m, li, capacity, d);
+      for (const DeviceLinear& l : d.lin) engine_.reserve_widened(l);
+    }
+    final_norm_ = upload_vec(m.weights().final_norm);
+    lm_head_ = upload_linear(*m.weights().lm_head, "lm_head");
+    engine_.reserve_widened(lm_head_);
+  }
+
+  int64_t capacity() const override { return capacity_; }
+  int64_t position() const override { return pos_; }
+  void reset() override { pos_ = 0; }
+
+  void forward(const int32_t* tokens, int64_t n, const uint8_t* want, std::vector<float>& logits) override {
+    if (n < 0 || n > capacity_ - pos_)
+      throw invalid_input("device decoder", std::to_string(n) + " tokens at position " + std::to_string(pos_) +
+                                                " exceed the capacity of " + std::to_string(capacity_) + " positions");
+    check_tokens(c_, tokens, n);
+    logits.clear();
+    for (int64_t t0 = 0; t0 < n; t0 += pass_tokens_) {
+      const int64_t m = std::min(pass_tokens_, n - t0);
+      pass(tokens + t0, m, want + t0, logits);
+    }
+  }
+
+  void collect_square_sums(bool lm_head) override {
+    sums_.clear();
+    sums_.resize(layers_.size());
+    for (Capture& c : sums_) c.what.square_sums = true;
+    lm_head_sums_ = lm_head;
+    lm_sq_.clear();
+    lm_sq_rows_ = 0;
+  }
+  std::vector<double> square_sums(int64_t layer, rt::LayerInput input) const override {
+    if (layer == -1) return lm_head_sums_ ? sums_of(lm_sq_, c_.hidden_size) : std::vector<double>{};
+    if (layer < 0 || layer >= c_.num_hidden_layers || sums_.empty())
+      throw invalid_input("device decoder", "no square sums of layer " + std::to_string(layer));
+    const int64_t cols[4] = {c_.hidden_size, c_.q_dim(), c_.hidden_size, c_.intermediate_size};
+    const int k = static_cast<int>(input);
+    return sums_of(sums_[static_cast<size_t>(layer)].sq[k], cols[k]);
+  }
+  int64_t square_sum_tokens(int64_t layer) const override {
+    if (layer == -1) return lm_sq_rows_;
+    return sums_.empty() ? 0 : sums_.at(static_cast<size_t>(layer)).sq_rows;
+  }
+
+  std::vector<float> cached_k(int64_t layer) const override { return cached(layer, true); }
+  std::vector<float> cached_v(int64_t layer) const override { return cached(layer, false); }
+
+  uint64_t weight_bytes_per_token() const override {
+    uint64_t b = lm_head_.bytes() + static_cast<uint64_t>(c_.hidden_size) * 4;  // + one embedding row
+    for (const DeviceLayer& d : layers_)
+      for (const DeviceLinear& l : d.lin) b += l.bytes();
+    return b + static_cast<uint64_t>(c_.hidden_size) * 4 * (2 * layers_.size() + 1);
+  }
+  uint64_t kv_bytes_per_token() const override {
+    return static_cast<uint64_t>(c_.num_hidden_layers * c_.kv_dim()) * 2 * 4;
+  }
+
+ private:
+  // Zeros before the first token.
+  static std::vector<double> sums_of(const dvec<double>& v, int64_t cols) {
+    return v.empty() ? std::vector<double>(static_cast<size_t>(cols), 0.0) : download(v);
+  }
+
+  std::vector<float> cached(int64_t layer, bool k) const {
+    if (layer < 0 || layer >= c_.num_hidden_layers) throw invalid_input("device decoder", "no layer " + std::to_string(layer));
+    const dvec<float>& c = k ? layers_[static_cast<size_t>(layer)].k_cache : layers_[static_cast<size_t>(layer)].v_cache;
+    std::vector<float> out(static_cast<size_t>(pos_ * c_.kv_dim()));
+    thrust::copy(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
+    return out;
+  }
+
+  void pass(const int32_t* tokens, int64_t n, const uint8_t* want, std::vector<float>& logits) {
+    const int64_t h = c_.hidden_size;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    std::vector<float> hx(static_cast<size_t>(n * h));
+    for (int64_t t = 0; t < n; ++t) m_.weights().embed->decode_row(tokens[t], hx.data() + t * h);
+    engine_.set_x(hx.data(), n);
+    for (size_t li = 0; li < layers_.size(); ++li) engine_.layer(layers_[li], n, pos_, sums_.empty() ? nullptr : &sums_[li]);
+    pos_ += n;
+    // The rows that want logits: gathered, normed, then lm_head.
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < n; ++t)
+      if (want[t]) rows.push_back(t);
+    if (rows.empty()) return;
+    const int64_t m = static_cast<int64_t>(rows.size()), V = c_.vocab_size;
+    const dvec<int64_t> drows = upload(rows.data(), m);
+    for_each_index(m * h, GatherRows{engine_.x(), raw(drows), engine_.xn(), h});
+    for_each_index(m, RmsNormRows{engine_.xn(), raw(final_norm_), engine_.xn(), h, eps});
+    if (lm_head_sums_) {
+      if (lm_sq_.empty()) lm_sq_.assign(static_cast<size_t>(h), 0.0);
+      for_each_index(h, ColumnSquareSums{engine_.xn(), raw(lm_sq_), m, h});
+      lm_sq_rows_ += m;
+    }
+    dvec<float> out(static_cast<size_t>(m * V));
+    engine_.linear(lm_head_, engine_.xn(), m, raw(out));
+    const size_t at = logits.size();
+    logits.resize(at + static_cast<size_t>(m * V));
+    thrust::copy(out.begin(), out.end(), logits.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+
+  const rt::Model& m_;
+  const ModelConfig& c_;
+  int64_t capacity_, pass_tokens_, pos_ = 0;
+  LayerEngine engine_;
+  std::vector<DeviceLayer> layers_;
+  dvec<float> final_norm_;
+  DeviceLinear lm_head_;
+  std::vector<Capture> sums_;  // per layer, while collecting square sums
+  bool lm_head_sums_ = false;
+  dvec<double> lm_sq_;
+  int64_t lm_sq_rows_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<rt::DeviceDecoder> make_decoder(const rt::Model& model, int64_t capacity, int64_t pass_tokens) {
+  return std::make_unique<Decoder>(model, capacity, pass_tokens);
+}
+
+
+double read_bandwidth(uint64_t bytes) {
+  bytes = std::clamp<uint64_t>(bytes, uint64_t{1} << 20, uint64_t{1} << 30) / 64 * 64;
+  const int64_t n = static_cast<int64_t>(bytes / 4);
+  dvec<float> buf(static_cast<size_t>(n), 1.0f);
+  const auto pass = [&] { return thrust::reduce(thrust::device, buf.begin(), buf.end(), 0.0f, SumOf{}); };
+  float check = pass();  // warm-up
+  const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  int reps = 1;
+  for (;;) {
+    const double s0 = now();
+    for (int r = 0; r < reps; ++r) check += pass();
+    if (now() - s0 >= 0.02 || reps >= (1 << 20)) break;
+    reps *= 2;
+  }
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const double t0 = now();
+    for (int r = 0; r < reps; ++r) check += pass();
+    const double dt = now() - t0;
+    if (dt > 0) best = std::max(best, static_cast<double>(bytes) * reps / dt);
+  }
+  // The sums are used (and checked), so no pass can be dropped.
+  if (!(check > 0.0f)) throw Error(ErrorKind::Internal, "device read bandwidth: the buffer's sum is wrong");
+  return best;
+}
+
+}  // namespace qf::QF_DEV_NS

@@ -1,0 +1,125 @@
+// Which build runs a device decoder, and how much device memory it needs.
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "runtime/device_runtime.h"
+#include "runtime/model.h"
+
+namespace qf::rt {
+
+namespace {
+
+// Device bytes of one Linear as the decoder stores it (decoder_device.cpp):
+// f16/bf16 stay 2 bytes a weight, every other form is decoded to f32.
+uint64_t stored_bytes(const Linear& l) {
+  const std::string f = l.format();
+  const uint64_t per = f == "f16" || f == "bf16" ? 2 : 4;
+  return static_cast<uint64_t>(l.out_features() * l.in_features()) * per + l.bias_values().size() * 4;
+}
+
+bool widened(const Linear& l) {
+  const std::string f = l.format();
+  return f == "f16" || f == "bf16";
+}
+
+}  // namespace
+
+uint64_t device_decoder_bytes(const Model& model, int64_t capacity) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  const uint64_t f = 4, n = static_cast<uint64_t>(std::min(capacity, kDevicePassTokens)), cap = static_cast<uint64_t>(capacity);
+  const uint64_t h = static_cast<uint64_t>(c.hidden_size), qd = static_cast<uint64_t>(c.q_dim()),
+                 kvd = static_cast<uint64_t>(c.kv_dim()), ff = static_cast<uint64_t>(c.intermediate_size),
+                 V = static_cast<uint64_t>(c.vocab_size), hd = static_cast<uint64_t>(c.head_dim);
+  uint64_t weights = stored_bytes(*w.lm_head) + h * f, widest = widened(*w.lm_head) ? V * h : 0;
+  for (const LayerWeights& L : w.layers) {
+    weights += (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size()) * f;
+    for (const LayerLinear& ll : kLayerLinears) {
+      const Linear& l = *(L.*ll.member);
+      weights += stored_bytes(l);
+      if (widened(l)) widest = std::max<uint64_t>(widest, static_cast<uint64_t>(l.out_features() * l.in_features()));
+    }
+  }
+  const uint64_t cache = static_cast<uint64_t>(c.num_hidden_layers) * cap * kvd * 2 * f;
+  const uint64_t rope = cap * hd * f;  // cos and sin, hd / 2 each
+  const uint64_t group = static_cast<uint64_t>(c.num_attention_heads / std::max<int64_t>(1, c.num_key_value_heads));
+  // x, xn, y; q, att; k, v; gate, up; one quantized input; scores; logits.
+  const uint64_t act = (3 * n * h + 2 * n * qd + 2 * n * kvd + 2 * n * ff + n * std::max(h, ff) + group * n * cap + n * V) * f;
+  return weights + widest * f + cache + rope + act;
+}
+
+uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hessians) {
+  const ModelConfig& c = model.config();
+  const uint64_t f = 4, n = static_cast<uint64_t>(std::min(capacity, kDevicePassTokens)), cap = static_cast<uint64_t>(capacity);
+  const uint64_t h = static_cast<uint64_t>(c.hidden_size), qd = static_cast<uint64_t>(c.q_dim()),
+                 kvd = static_cast<uint64_t>(c.kv_dim()), ff = static_cast<uint64_t>(c.intermediate_size),
+                 hd = static_cast<uint64_t>(c.head_dim);
+  // The layer with the most weight bytes; quantized Linears are f32 on the
+  // device, so count every Linear at 4 bytes a weight (a layer's Linears
+  // become quantized during the run).
+  uint64_t layer = 0, widest = 0;
+  for (const LayerWeights& L : model.weights().layers) {
+    uint64_t b = (L.attn_norm.size() + L.ffn_norm.size() + L.q_norm.size() + L.k_norm.size()) * f;
+    for (const LayerLinear& ll : kLayerLinears) {
+      const Linear& l = *(L.*ll.member);
+      const uint64_t w = static_cast<uint64_t>(l.out_features() * l.in_features());
+      b += w * f + l.bias_values().size() * f;
+      widest = std::max(widest, w);
+    }
+    layer = std::max(layer, b);
+  }
+  const uint64_t cache = cap * kvd * 2 * f;
+  const uint64_t rope = cap * hd * f;
+  const uint64_t group = static_cast<uint64_t>(c.num_attention_heads / std::max<int64_t>(1, c.num_key_value_heads));
+  const uint64_t act = (3 * n * h + 2 * n * qd + 2 * n * kvd + 2 * n * ff + n * std::max(h, ff) + group * n * cap) * f;
+  // Four Hessians (h, q_dim, h, ff columns) in double, and SYRK's double copy of one pass's widest input.
+  const uint64_t hess = hessians ? (2 * h * h + qd * qd + ff * ff) * 8 + n * std::max({h, qd, ff}) * 8 : 0;
+  return layer + widest * f + cache + rope + act + hess;
+}
+
+std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
+                                                        int64_t pass_tokens) {
+  switch (kind) {
+    case device::Kind::Host: return host::make_layer_pass(model, capacity, pass_tokens);
+    case device::Kind::Cuda:
+#if QF_HAVE_CUDA
+      return cuda::make_layer_pass(model, capacity, pass_tokens);
+#else
+      throw unsupported("--device cuda", "this build has no CUDA code");
+#endif
+    case device::Kind::Cpu: break;
+  }
+  throw Error(ErrorKind::Internal, "make_device_layer_pass: the CPU pipeline runs rt::Model itself");
+}
+
+std::unique_ptr<DeviceDecoder> make_device_decoder(device::Kind kind, const Model& model, int64_t capacity,
+                                                   int64_t pass_tokens) {
+  switch (kind) {
+    case device::Kind::Host: return host::make_decoder(model, capacity, pass_tokens);
+    case device::Kind::Cuda:
+#if QF_HAVE_CUDA
+      return cuda::make_decoder(model, capacity, pass_tokens);
+#else
+      throw unsupported("--device cuda", "this build has no CUDA code");
+#endif
+    case device::Kind::Cpu: break;
+  }
+  throw Error(ErrorKind::Internal, "make_device_decoder: the CPU runtime is rt::Model itself");
+}
+
+double device_read_bandwidth(device::Kind kind, uint64_t bytes) {
+  switch (kind) {
+    case device::Kind::Host: return host::read_bandwidth(bytes);
+    case device::Kind::Cuda:
+#if QF_HAVE_CUDA
+      return cuda::read_bandwidth(bytes);
+#else
+      throw unsupported("--device cuda", "this build has no CUDA code");
+#endif
+    case device::Kind::Cpu: break;
+  }
+  throw Error(ErrorKind::Internal, "device_read_bandwidth: not a device");
+}
+
+}  // namespace qf::rt

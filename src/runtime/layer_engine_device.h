@@ -1,0 +1,358 @@
+// The pieces of the device decoder layer shared by the decoder
+// (decoder_device.cpp) and the calibration layer pass (layer_pass_device.cpp),
+// for device sources only: the functors, the weights as uploaded, what a
+// capturing pass measures, and LayerEngine, which runs Model::forward_layer's
+// computation on the device.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/f16.h"
+#include "device/blas.h"
+#include "device/exec.h"
+#include "quantizers/device_quantizers.h"
+#include "runtime/attention_device.h"
+#include "runtime/device_runtime.h"
+#include "runtime/model.h"
+
+namespace qf::QF_DEV_NS::layer_engine {
+
+// out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w, the mean summed in
+// double in index order (the CPU's rms_norm). One index per row of `dim`;
+// out may be x.
+struct RmsNormRows {
+  const float* x;
+  const float* w;
+  float* out;
+  int64_t dim;
+  float eps;
+  QF_HD void operator()(int64_t r) const {
+    const float* xr = x + r * dim;
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / hd::sqrt_f64(ss / static_cast<double>(dim) + eps));
+    float* o = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * scale * w[i];
+  }
+};
+
+// RoPE of one (token, head) row of `hd` values: pairs (i, i + hd/2), or
+// (2i, 2i + 1) when interleaved, rotated by the angle of position pos0 + t
+// (cos/sin tables [position][hd/2], computed on the host as the CPU does).
+struct RopeRows {
+  float* x;
+  const float* cos_t;
+  const float* sin_t;
+  int64_t heads, hd, pos0;
+  bool interleaved;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t t = idx / heads, half = hd / 2;
+    float* v = x + idx * hd;
+    const float* c = cos_t + (pos0 + t) * half;
+    const float* s = sin_t + (pos0 + t) * half;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+      const float a = v[i0], b = v[i1];
+      v[i0] = a * c[i] - b * s[i];
+      v[i1] = b * c[i] + a * s[i];
+    }
+  }
+};
+
+// y[idx] += b[idx % out]: a Linear's bias on n rows of `out`.
+struct AddBias {
+  float* y;
+  const float* b;
+  int64_t out;
+  QF_HD void operator()(int64_t idx) const { y[idx] += b[idx % out]; }
+};
+
+struct AddInPlace {
+  float* x;
+  const float* y;
+  QF_HD void operator()(int64_t i) const { x[i] += y[i]; }
+};
+
+// gate = silu(gate) * up.
+struct Swiglu {
+  float* g;
+  const float* u;
+  QF_HD void operator()(int64_t i) const {
+    const float x = g[i];
+    g[i] = x / (1.0f + hd::exp_f32(-x)) * u[i];
+  }
+};
+
+// The cache's f16 rounding: dst[i] = f16(src[i]) as f32.
+struct StoreF16 {
+  const float* src;
+  float* dst;
+  QF_HD void operator()(int64_t i) const { dst[i] = f16_to_f32(f32_to_f16(src[i])); }
+};
+
+// Widens 2-byte weights into the f32 scratch matrix.
+struct WidenF16 {
+  const uint16_t* src;
+  float* dst;
+  QF_HD void operator()(int64_t i) const { dst[i] = f16_to_f32(src[i]); }
+};
+struct WidenBf16 {
+  const uint16_t* src;
+  float* dst;
+  QF_HD void operator()(int64_t i) const { dst[i] = bf16_to_f32(src[i]); }
+};
+
+// dst row r = src row rows[r] (rows of `dim`).
+struct GatherRows {
+  const float* src;
+  const int64_t* rows;
+  float* dst;
+  int64_t dim;
+  QF_HD void operator()(int64_t idx) const { dst[idx] = src[rows[idx / dim] * dim + idx % dim]; }
+};
+
+struct SumOf {
+  QF_HD float operator()(float a, float b) const { return a + b; }
+};
+
+enum class Store { F32, F16, Bf16 };
+
+// One Linear on the device.
+struct DeviceLinear {
+  int64_t out = 0, in = 0;
+  Store store = Store::F32;
+  dvec<float> w32;      // Store::F32
+  dvec<uint16_t> w16;   // Store::F16 / Bf16
+  dvec<float> bias;     // empty: none
+  const ActQuantParams* act = nullptr;  // the Linear's input quantizer (owned by the model)
+  std::string name;
+
+  uint64_t bytes() const { return static_cast<uint64_t>(out * in) * (store == Store::F32 ? 4 : 2) + bias.size() * 4; }
+};
+
+inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) {
+  DeviceLinear d;
+  d.out = l.out_features(), d.in = l.in_features(), d.name = name, d.act = l.input_quantizer();
+  const std::string f = l.format();
+  std::vector<float> w = l.decode_all();
+  // f16 and bf16 weights decode exactly, so narrowing them back is exact too.
+  if (f == "f16" || f == "bf16") {
+    d.store = f == "f16" ? Store::F16 : Store::Bf16;
+    std::vector<uint16_t> h(w.size());
+    for (size_t i = 0; i < w.size(); ++i) h[i] = f == "f16" ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+    d.w16 = upload(h.data(), static_cast<int64_t>(h.size()));
+  } else {
+    d.w32 = upload(w.data(), static_cast<int64_t>(w.size()));
+  }
+  const std::vector<float> b = l.bias_values();
+  if (!b.empty()) d.bias = upload(b.data(), static_cast<int64_t>(b.size()));
+  return d;
+}
+
+struct DeviceLayer {
+  dvec<float> attn_norm, ffn_norm, q_norm, k_norm;
+  DeviceLinear lin[7];  // kLayerLinears order: q k v o gate up down
+  int64_t window = 0;
+  dvec<float> k_cache, v_cache;  // [capacity, kv_dim]
+};
+
+inline dvec<float> upload_vec(const std::vector<float>& v) { return upload(v.data(), static_cast<int64_t>(v.size())); }
+
+// Decoder layer `li`'s current weights on the device, with a cache of
+// `capacity` positions.
+inline void upload_layer(const rt::Model& m, int64_t li, int64_t capacity, DeviceLayer& d) {
+  const rt::LayerWeights& L = m.weights().layers[static_cast<size_t>(li)];
+  d.attn_norm = upload_vec(L.attn_norm), d.ffn_norm = upload_vec(L.ffn_norm);
+  d.q_norm = upload_vec(L.q_norm), d.k_norm = upload_vec(L.k_norm);
+  for (size_t j = 0; j < 7; ++j) {
+    const rt::LayerLinear& ll = rt::kLayerLinears[j];
+    d.lin[j] = upload_linear(*(L.*ll.member), "model.layers." + std::to_string(li) + "." + ll.name);
+  }
+  d.window = m.window(li);
+  const size_t kv = static_cast<size_t>(capacity * m.config().kv_dim());
+  if (d.k_cache.size() != kv) d.k_cache.resize(kv), d.v_cache.resize(kv);
+}
+
+struct AbsOf {
+  QF_HD float operator()(float x) const { return hd::abs_f32(x); }
+};
+// The larger of two, NaN ignored (as std::max(a, NaN) keeps a).
+struct MaxOf {
+  QF_HD float operator()(float a, float b) const { return b > a ? b : a; }
+};
+inline float abs_max(const float* x, int64_t n) {
+  return thrust::transform_reduce(thrust::device, x, x + n, AbsOf{}, 0.0f, MaxOf{});
+}
+
+// sum[j] += x[t, j]^2 over the n rows in order, in double: one index per column.
+struct ColumnSquareSums {
+  const float* x;
+  double* sum;
+  int64_t n, cols;
+  QF_HD void operator()(int64_t j) const {
+    double s = sum[j];
+    for (int64_t t = 0; t < n; ++t) s += static_cast<double>(x[t * cols + j]) * x[t * cols + j];
+    sum[j] = s;
+  }
+};
+
+// What a pass through a layer measures: the Hessians, ranges and column
+// square sums of its four distinct Linear inputs (rt::LayerInput order) and
+// the largest |K| and |V|.
+struct Capture {
+  rt::LayerCapture what;
+  std::unique_ptr<HessianSum> h[4];
+  Range range[4] = {};
+  dvec<double> sq[4];
+  int64_t sq_rows = 0;
+  float k_amax = 0, v_amax = 0;
+
+  void input(rt::LayerInput i, const float* x, int64_t n, int64_t cols) {
+    const int k = static_cast<int>(i);
+    if (what.hessians) h[k]->add_device(x, n);
+    if (what.square_sums) {
+      if (sq[k].empty()) sq[k].assign(static_cast<size_t>(cols), 0.0);
+      for_each_index(cols, ColumnSquareSums{x, raw(sq[k]), n, cols});
+      if (k == 0) sq_rows += n;
+    }
+    if (what.ranges) {
+      const Range r = range_of(x, n * cols);
+      range[k].lo = r.lo < range[k].lo ? r.lo : range[k].lo;
+      range[k].hi = r.hi > range[k].hi ? r.hi : range[k].hi;
+    }
+  }
+};
+
+// The work of one pass through a layer: the scratch buffers, the algebra and
+// the RoPE tables, for positions 0..capacity-1. Model::forward_layer's
+// computation on the device, on x_ in place.
+class LayerEngine {
+ public:
+  LayerEngine(const rt::Model& m, int64_t capacity) : m_(m), c_(m.config()) {
+    // The rotation angles of every position, as Model::rope computes them.
+    const std::vector<float>& inv = m.inv_freq();
+    const int64_t half = c_.head_dim / 2;
+    std::vector<float> cs(static_cast<size_t>(capacity * half)), sn(cs.size());
+    for (int64_t p = 0; p < capacity; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const float ang = static_cast<float>(p) * inv[static_cast<size_t>(i)];
+        cs[static_cast<size_t>(p * half + i)] = std::cos(ang);
+        sn[static_cast<size_t>(p * half + i)] = std::sin(ang);
+      }
+    cos_ = upload_vec(cs), sin_ = upload_vec(sn);
+  }
+
+  // Room for a widened f16/bf16 matrix of `elems` weights.
+  void reserve_widened(int64_t elems) {
+    if (static_cast<int64_t>(scratch_w_.size()) < elems) scratch_w_.resize(static_cast<size_t>(elems));
+  }
+  void reserve_widened(const DeviceLinear& l) {
+    if (l.store != Store::F32) reserve_widened(l.out * l.in);
+  }
+
+  // x_ := n host rows of hidden states.
+  void set_x(const float* x, int64_t n) { x_.assign(x, x + n * c_.hidden_size); }
+  void get_x(float* x, int64_t n) const {
+    thrust::copy(x_.begin(), x_.begin() + static_cast<std::ptrdiff_t>(n * c_.hidden_size), x);
+  }
+  float* x() { return raw(x_); }
+  float* xn() { return raw(xn_); }
+  Blas& blas() { return blas_; }
+
+  // y[n, out] = x[n, in] W^T (+ bias), the input quantized first when the
+  // Linear says so: one GEMM, y^T (out x n) = op T of W's column-major
+  // in x out view (W is stored row-major [out, in]) times x^T.
+  void linear(DeviceLinear& l, float* x, int64_t n, float* y) {
+    if (l.act) {
+      std::vector<float> hx(static_cast<size_t>(n * l.in));
+      thrust::copy(thrust::device_pointer_cast(x), thrust::device_pointer_cast(x) + n * l.in, hx.begin());
+      quantize_activations(*l.act, hx.data(), n, l.in);
+      xq_.assign(hx.begin(), hx.end());
+      x = raw(xq_);
+    }
+    const float* W = raw(l.w32);
+    if (l.store != Store::F32) {
+      if (l.store == Store::F16) for_each_index(l.out * l.in, WidenF16{raw(l.w16), raw(scratch_w_)});
+      else for_each_index(l.out * l.in, WidenBf16{raw(l.w16), raw(scratch_w_)});
+      W = raw(scratch_w_);
+    }
+    blas_.gemm(Op::T, Op::N, l.out, n, l.in, 1.0f, W, l.in, x, l.in, 0.0f, y, l.out);
+    if (!l.bias.empty()) for_each_index(n * l.out, AddBias{y, raw(l.bias), l.out});
+  }
+
+  // Layer L on the n tokens in x_ (positions pos0..pos0+n-1), appending
+  // their K/V to L's cache; `cap` (optional) sees the Linear inputs and K/V.
+  void layer(DeviceLayer& L, int64_t n, int64_t pos0, Capture* cap) {
+    const int64_t h = c_.hidden_size, hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim(), ff = c_.intermediate_size;
+    const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    fit(xn_, n * h), fit(y_, n * h), fit(q_, n * qd), fit(att_, n * qd), fit(k_, n * kvd), fit(v_, n * kvd);
+    fit(g_, n * ff), fit(u_, n * ff);
+    for_each_index(n, RmsNormRows{raw(x_), raw(L.attn_norm), raw(xn_), h, eps});
+    if (cap) cap->input(rt::LayerInput::Attention, raw(xn_), n, h);
+    linear(L.lin[0], raw(xn_), n, raw(q_));
+    linear(L.lin[1], raw(xn_), n, raw(k_));
+    linear(L.lin[2], raw(xn_), n, raw(v_));
+    if (!L.q_norm.empty()) {
+      for_each_index(n * nh, RmsNormRows{raw(q_), raw(L.q_norm), raw(q_), hd, eps});
+      for_each_index(n * nkv, RmsNormRows{raw(k_), raw(L.k_norm), raw(k_), hd, eps});
+    }
+    const bool il = m_.weights().rope_interleaved;
+    for_each_index(n * nh, RopeRows{raw(q_), raw(cos_), raw(sin_), nh, hd, pos0, il});
+    for_each_index(n * nkv, RopeRows{raw(k_), raw(cos_), raw(sin_), nkv, hd, pos0, il});
+    if (cap && cap->what.kv_amax) {
+      const float ka = abs_max(raw(k_), n * kvd), va = abs_max(raw(v_), n * kvd);
+      cap->k_amax = ka > cap->k_amax ? ka : cap->k_amax;
+      cap->v_amax = va > cap->v_amax ? va : cap->v_amax;
+    }
+    for_each_index(n * kvd, StoreF16{raw(k_), raw(L.k_cache) + pos0 * kvd});
+    for_each_index(n * kvd, StoreF16{raw(v_), raw(L.v_cache) + pos0 * kvd});
+    causal_attention(blas_, raw(q_), raw(L.k_cache), raw(L.v_cache), raw(att_), n, pos0 + n, nh, nkv, hd, L.window,
+                     scores_);
+    if (cap) cap->input(rt::LayerInput::O, raw(att_), n, qd);
+    linear(L.lin[3], raw(att_), n, raw(y_));
+    for_each_index(n * h, AddInPlace{raw(x_), raw(y_)});
+    for_each_index(n, RmsNormRows{raw(x_), raw(L.ffn_norm), raw(xn_), h, eps});
+    if (cap) cap->input(rt::LayerInput::Mlp, raw(xn_), n, h);
+    linear(L.lin[4], raw(xn_), n, raw(g_));
+    linear(L.lin[5], raw(xn_), n, raw(u_));
+    for_each_index(n * ff, Swiglu{raw(g_), raw(u_)});
+    if (cap) cap->input(rt::LayerInput::Down, raw(g_), n, ff);
+    linear(L.lin[6], raw(g_), n, raw(y_));
+    for_each_index(n * h, AddInPlace{raw(x_), raw(y_)});
+  }
+
+ private:
+  static void fit(dvec<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+
+  const rt::Model& m_;
+  const ModelConfig& c_;
+  Blas blas_;
+  dvec<float> cos_, sin_, scratch_w_;
+  dvec<float> x_, xn_, y_, q_, k_, v_, att_, g_, u_, xq_, scores_;
+};
+
+// Tokens outside the vocabulary are refused before any work.
+inline void check_tokens(const ModelConfig& c, const int32_t* tokens, int64_t n) {
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+      throw invalid_input("forward", "token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
+                                         std::to_string(c.vocab_size) + ")");
+}
+
+inline void check_capacity(const ModelConfig& c, int64_t capacity, int64_t pass_tokens) {
+  if (capacity <= 0 || (c.max_position_embeddings > 0 && capacity > c.max_position_embeddings))
+    throw invalid_input("device decoder", "capacity " + std::to_string(capacity) + " is outside 1.." +
+                                              std::to_string(c.max_position_embeddings));
+  if (pass_tokens <= 0) throw invalid_input("device decoder", "tokens per pass must be positive");
+}
+
+}  // namespace qf::QF_DEV_NS::layer_engine

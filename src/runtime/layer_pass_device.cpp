@@ -1,0 +1,84 @@
+// The calibration layer pass (runtime/device_runtime.h): one decoder layer
+// on the device, run on one calibration sequence at a time, measuring its
+// Linear inputs (Hessians, ranges) and K/V when asked.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/layer_engine_device.h"
+
+namespace qf::QF_DEV_NS {
+
+namespace {
+
+using namespace layer_engine;
+
+class LayerPass final : public rt::DeviceLayerPass {
+ public:
+  LayerPass(const rt::Model& m, int64_t capacity, int64_t pass_tokens)
+      : m_(m), c_(m.config()), capacity_(capacity), pass_tokens_(pass_tokens), engine_((check_capacity(c_, capacity, pass_tokens), m), capacity) {}
+
+  void load(int64_t layer) override {
+    if (layer < 0 || layer >= c_.num_hidden_layers) throw invalid_input("device layer pass", "no layer " + std::to_string(layer));
+    upload_layer(m_, layer, capacity_, layer_);
+    for (const DeviceLinear& l : layer_.lin) engine_.reserve_widened(l);
+    loaded_ = true;
+  }
+
+  void begin_capture(const rt::LayerCapture& what) override {
+    cap_ = Capture{};
+    cap_.what = what;
+    const int64_t cols[4] = {c_.hidden_size, c_.q_dim(), c_.hidden_size, c_.intermediate_size};
+    if (what.hessians)
+      for (int i = 0; i < 4; ++i) cap_.h[i] = std::make_unique<HessianSum>(cols[i]);
+    capturing_ = true;
+  }
+  void end_capture() override { capturing_ = false; }
+
+  void run(float* x, int64_t n, bool write_back) override {
+    if (!loaded_) throw Error(ErrorKind::Internal, "device layer pass: run before load");
+    if (n <= 0 || n > capacity_)
+      throw invalid_input("device layer pass", std::to_string(n) + " tokens for a capacity of " + std::to_string(capacity_));
+    const int64_t h = c_.hidden_size;
+    for (int64_t t0 = 0; t0 < n; t0 += pass_tokens_) {
+      const int64_t m = std::min(pass_tokens_, n - t0);
+      engine_.set_x(x + t0 * h, m);
+      engine_.layer(layer_, m, t0, capturing_ ? &cap_ : nullptr);
+      if (write_back) engine_.get_x(x + t0 * h, m);
+    }
+  }
+
+  int64_t captured_rows(rt::LayerInput i) const override {
+    const auto& h = cap_.h[static_cast<int>(i)];
+    return h ? h->samples() : 0;
+  }
+  std::vector<double> hessian(rt::LayerInput i) const override {
+    const auto& h = cap_.h[static_cast<int>(i)];
+    if (!h) throw Error(ErrorKind::Internal, "device layer pass: no Hessians were captured");
+    return h->matrix();
+  }
+  std::pair<float, float> range(rt::LayerInput i) const override {
+    const Range r = cap_.range[static_cast<int>(i)];
+    return {r.lo, r.hi};
+  }
+  std::pair<float, float> kv_amax() const override { return {cap_.k_amax, cap_.v_amax}; }
+
+ private:
+  const rt::Model& m_;
+  const ModelConfig& c_;
+  int64_t capacity_, pass_tokens_;
+  LayerEngine engine_;
+  DeviceLayer layer_;
+  bool loaded_ = false, capturing_ = false;
+  Capture cap_;
+};
+
+}  // namespace
+
+std::unique_ptr<rt::DeviceLayerPass> make_layer_pass(const rt::Model& model, int64_t capacity, int64_t pass_tokens) {
+  return std::make_unique<LayerPass>(model, capacity, pass_tokens);
+}
+
+}  // namespace qf::QF_DEV_NS
