@@ -197,9 +197,16 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     int64_t longest = 1;
     for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
     const uint64_t fwd = rt::device_layer_pass_bytes(*model, longest, gptq);
+    uint64_t smooth = 0;
+    if (plan.awq || plan.smoothquant) {
+      // The smoothing searches hold every calibration token's block inputs and outputs.
+      smooth = rt::device_smoothing_eval_bytes(*model, sum.tokens, longest);
+      log(on_device + std::string(plan.awq ? "AWQ" : "SmoothQuant") + "'s search needs up to " + mib(smooth) +
+          " of device memory per layer");
+    }
     log(on_device + "the calibration forward needs up to " + mib(fwd) + " of device memory (one layer at a time); " +
-        mib(fwd + gptq_need) + " in all");
-    device::require_device_memory(job.device, fwd + gptq_need, "quantize " + job.model);
+        mib(fwd + gptq_need + smooth) + " in all");
+    device::require_device_memory(job.device, fwd + gptq_need + smooth, "quantize " + job.model);
   }
 
   SequentialOptions so;
@@ -216,7 +223,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                        const std::function<std::vector<float>(size_t)>& input) {
       LayerCalib lc{&s, input};
       if (plan.smoothquant) {
-        const SmoothQuantOptions& o = *plan.smoothquant;
+        SmoothQuantOptions o = *plan.smoothquant;
+        o.device = job.device;
         const TrialLinearFn trial = [&](const std::string& name, const float* w, int64_t rows, int64_t cols,
                                         const std::vector<float>& bias) -> std::shared_ptr<rt::Linear> {
           return plan_trial_linear(plan, name, w, rows, cols, bias);
@@ -224,7 +232,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
         for (const auto& line : smoothquant_layer(*model, li, lc, o, trial, pool).lines) log(line);
       }
       if (plan.awq) {
-        const AwqOptions& o = *plan.awq;
+        AwqOptions o = *plan.awq;
+        o.device = job.device;
         const FakeQuantFn fq = [&](const std::string& name, const float* w, int64_t rows, int64_t cols) {
           auto it = plan.awq_linears.find(name);
           if (it == plan.awq_linears.end()) return std::vector<float>();

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/device_runtime.h"
 
 namespace qf {
 namespace {
@@ -210,12 +211,13 @@ struct Balance {
   bool quantized = false;
 };
 
-// The inspected module's output for the current state of the layer.
-using ModuleFn = std::function<std::vector<float>()>;
+// The inspected module's loss (mean squared difference from its float
+// output) for the current state of the layer.
+using LossFn = std::function<double()>;
 
 SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, const std::vector<double>& x_mean,
-                                      const FakeQuantFn& fake_quant, const AwqOptions& o, const ModuleFn& module,
-                                      const std::vector<float>& reference, ThreadPool& pool) {
+                                      const FakeQuantFn& fake_quant, const AwqOptions& o, const LossFn& module_loss,
+                                      ThreadPool& pool) {
   rt::LayerWeights& L = model.mutable_layer(li);
   const int64_t width = mapping_width(model, m);
   std::vector<Balance> bal;
@@ -247,7 +249,7 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
           for (int64_t j = 0; j < b.cols; ++j) q[static_cast<size_t>(r * b.cols + j)] /= s[static_cast<size_t>(j)];
       *b.target.lin = dense_f32(q, b.rows, b.cols, b.bias, b.target.name);
     }
-    const double l = mse(module(), reference);
+    const double l = module_loss();
     for (size_t i = 0; i < bal.size(); ++i) *bal[i].target.lin = saved[i];
     return l;
   };
@@ -446,14 +448,72 @@ void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const s
   }
 }
 
+namespace {
+
+// The layer's Linears (kLayerLinears indices) a mapping's search changes.
+std::vector<int> balance_indices(Mapping m) {
+  switch (m) {
+    case Mapping::AttnNormToQKV: return {0, 1, 2};
+    case Mapping::VToO: return {3};
+    case Mapping::FfnNormToGateUp: return {4, 5};
+    case Mapping::UpToDown: return {6};
+  }
+  return {};
+}
+
+// The device evaluation of a layer's smoothing searches, its inputs uploaded.
+std::unique_ptr<rt::DeviceSmoothingEval> device_eval(device::Kind kind, const rt::Model& model,
+                                                     const LayerCalib& calib, const CalibSet& cs, const char* what) {
+  std::vector<int64_t> lengths;
+  for (const auto& sm : *calib.samples) lengths.push_back(static_cast<int64_t>(sm.size()));
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  device::require_device_memory(kind, rt::device_smoothing_eval_bytes(model, cs.n, longest),
+                                std::string(what) + " --device " + device::kind_name(kind));
+  std::unique_ptr<rt::DeviceSmoothingEval> dev = rt::make_device_smoothing_eval(kind, model, longest);
+  dev->set_inputs(lengths, cs.x.data());
+  return dev;
+}
+
+}  // namespace
+
 SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib, const FakeQuantFn& fake_quant,
                           const AwqOptions& o, ThreadPool& pool) {
   if (o.n_grid < 1) throw invalid_input("awq", "n_grid must be at least 1");
   const CalibSet cs = make_calib_set(model, calib);
   const int64_t h = model.config().hidden_size;
+  std::unique_ptr<rt::DeviceSmoothingEval> dev;
+  if (o.device != device::Kind::Cpu) dev = device_eval(o.device, model, calib, cs, "awq");
   SmoothingReport rep;
   for (Mapping m : {Mapping::AttnNormToQKV, Mapping::VToO, Mapping::FfnNormToGateUp, Mapping::UpToDown}) {
     if (!mapping_applies(model, m)) continue;
+    const rt::LayerInput input = m == Mapping::AttnNormToQKV ? rt::LayerInput::Attention
+                                 : m == Mapping::VToO        ? rt::LayerInput::O
+                                 : m == Mapping::FfnNormToGateUp ? rt::LayerInput::Mlp
+                                                                 : rt::LayerInput::Down;
+    if (dev) {
+      // The layer as the previous mappings left it: statistics and the
+      // reference outputs stay on the device; each candidate re-uploads the
+      // Linears it changed and costs one block's forward there.
+      dev->load(li);
+      dev->run_reference();
+      const std::vector<double> sum = dev->abs_sum(input);
+      std::vector<double> x_mean(sum.size());
+      for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = sum[j] / static_cast<double>(dev->tokens());
+      const rt::SmoothingBlock block = m == Mapping::AttnNormToQKV ? rt::SmoothingBlock::Attention
+                                       : m == Mapping::VToO        ? rt::SmoothingBlock::O
+                                       : m == Mapping::FfnNormToGateUp ? rt::SmoothingBlock::Mlp
+                                                                       : rt::SmoothingBlock::Down;
+      const LossFn loss = [&] {
+        for (int index : balance_indices(m)) dev->load_linear(index);
+        return dev->loss(block);
+      };
+      SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, loss, pool);
+      rep.lines.push_back(layer_prefix(li) + e.what +
+                          (e.ratio >= 0 ? fmt(": ratio %.2f", e.ratio) : std::string(": no scaling")) +
+                          fmt(", loss %.6g -> %.6g", e.loss_before, e.loss_after));
+      rep.entries.push_back(std::move(e));
+      continue;
+    }
     // Statistics and module inputs of the layer as the previous mappings left it.
     // o_proj and down_proj are inspected alone: their inputs are kept whole.
     Capture cap(m == Mapping::VToO       ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::O}
@@ -467,43 +527,38 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
                                                               : cap.down;
     std::vector<double> x_mean(st.abs_sum.size());
     for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = st.abs_sum[j] / static_cast<double>(st.count);
-    ModuleFn module;
-    const std::vector<float>* reference = nullptr;
+    LossFn loss;
     const std::vector<float>& lin_in = m == Mapping::VToO ? cap.o.rows : cap.down.rows;
     const rt::LayerWeights& L = model.mutable_layer(li);
     switch (m) {
       case Mapping::AttnNormToQKV:
-        module = [&] { return run_attention(model, li, cs, pool); };
-        reference = &run.attn_out;
+        loss = [&] { return mse(run_attention(model, li, cs, pool), run.attn_out); };
         break;
       case Mapping::VToO:
-        module = [&] {
+        loss = [&] {
           std::vector<float> out(static_cast<size_t>(cs.n * h));
           L.o->forward(lin_in.data(), cs.n, out.data(), pool);
-          return out;
+          return mse(out, run.attn_out);
         };
-        reference = &run.attn_out;
         break;
       case Mapping::FfnNormToGateUp:
-        module = [&] {
+        loss = [&] {
           std::vector<float> out(static_cast<size_t>(cs.n * h));
           for (size_t bi = 0; bi < cs.batches.size(); ++bi)
             model.mlp_block(li, run.mlp_in.data() + cs.offset[bi] * h, static_cast<int64_t>(cs.batches[bi].size()),
                             out.data() + cs.offset[bi] * h, pool);
-          return out;
+          return mse(out, run.mlp_out);
         };
-        reference = &run.mlp_out;
         break;
       case Mapping::UpToDown:
-        module = [&] {
+        loss = [&] {
           std::vector<float> out(static_cast<size_t>(cs.n * h));
           L.down->forward(lin_in.data(), cs.n, out.data(), pool);
-          return out;
+          return mse(out, run.mlp_out);
         };
-        reference = &run.mlp_out;
         break;
     }
-    SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, module, *reference, pool);
+    SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, loss, pool);
     rep.lines.push_back(layer_prefix(li) + e.what +
                         (e.ratio >= 0 ? fmt(": ratio %.2f", e.ratio) : std::string(": no scaling")) +
                         fmt(", loss %.6g -> %.6g", e.loss_before, e.loss_after));
@@ -511,9 +566,20 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
   }
   if (o.apply_clip) {
     const int64_t step = std::max<int64_t>(1, cs.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
-    Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
-                step);
-    run_blocks(model, li, cs, pool, &cap);
+    // The sampled inputs of the scaled layer: every step-th token's row.
+    std::vector<float> q_rows, o_rows, gate_rows, down_rows;
+    if (dev) {
+      dev->load(li);
+      dev->run_reference();
+      q_rows = dev->rows(rt::LayerInput::Attention, step), o_rows = dev->rows(rt::LayerInput::O, step);
+      gate_rows = dev->rows(rt::LayerInput::Mlp, step), down_rows = dev->rows(rt::LayerInput::Down, step);
+    } else {
+      Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
+                  step);
+      run_blocks(model, li, cs, pool, &cap);
+      q_rows = std::move(cap.q.rows), o_rows = std::move(cap.o.rows);
+      gate_rows = std::move(cap.gate.rows), down_rows = std::move(cap.down.rows);
+    }
     rt::LayerWeights& L = model.mutable_layer(li);
     const std::string p = layer_prefix(li);
     struct ClipSlot {
@@ -521,11 +587,11 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
       std::string name;
       const std::vector<float>* in;
     };
-    const ClipSlot slots[] = {{&L.v, p + "self_attn.v_proj", &cap.q.rows},
-                              {&L.o, p + "self_attn.o_proj", &cap.o.rows},
-                              {&L.gate, p + "mlp.gate_proj", &cap.gate.rows},
-                              {&L.up, p + "mlp.up_proj", &cap.gate.rows},
-                              {&L.down, p + "mlp.down_proj", &cap.down.rows}};
+    const ClipSlot slots[] = {{&L.v, p + "self_attn.v_proj", &q_rows},
+                              {&L.o, p + "self_attn.o_proj", &o_rows},
+                              {&L.gate, p + "mlp.gate_proj", &gate_rows},
+                              {&L.up, p + "mlp.up_proj", &gate_rows},
+                              {&L.down, p + "mlp.down_proj", &down_rows}};
     for (const ClipSlot& c : slots) {
       double shrink = 1;
       if (clip_linear(*c.lin, c.name, *c.in, fake_quant, o, pool, &shrink))
@@ -540,8 +606,20 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
   if (o.search && !trial) throw invalid_input("smoothquant", "the alpha search needs a trial quantizer");
   if (o.search && o.alpha_grid.empty()) throw invalid_input("smoothquant", "empty alpha grid");
   const CalibSet cs = make_calib_set(model, calib);
-  Capture cap({}, 1);
-  run_blocks(model, li, cs, pool, &cap);
+  // act_max of the q/k/v and gate/up inputs, and (searching) the float
+  // layer's output as the reference, on the CPU or the device.
+  std::vector<double> act_attn, act_mlp;
+  std::unique_ptr<rt::DeviceSmoothingEval> dev;
+  if (o.device != device::Kind::Cpu) {
+    dev = device_eval(o.device, model, calib, cs, "smoothquant");
+    dev->load(li);
+    dev->run_reference();
+    act_attn = dev->abs_max(rt::LayerInput::Attention), act_mlp = dev->abs_max(rt::LayerInput::Mlp);
+  } else {
+    Capture cap({}, 1);
+    run_blocks(model, li, cs, pool, &cap);
+    act_attn = std::move(cap.q.abs_max), act_mlp = std::move(cap.gate.abs_max);
+  }
   const rt::LayerWeights base = model.mutable_layer(li);
   const std::string p = layer_prefix(li);
   // w_max over the rows of each mapping's balance Linears.
@@ -566,13 +644,13 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
     return s;
   };
   auto smooth = [&](double a) {
-    apply_smoothing_scales(model, li, Mapping::AttnNormToQKV, scales(cap.q.abs_max, wm_attn, a));
-    apply_smoothing_scales(model, li, Mapping::FfnNormToGateUp, scales(cap.gate.abs_max, wm_mlp, a));
+    apply_smoothing_scales(model, li, Mapping::AttnNormToQKV, scales(act_attn, wm_attn, a));
+    apply_smoothing_scales(model, li, Mapping::FfnNormToGateUp, scales(act_mlp, wm_mlp, a));
   };
   SmoothingReport rep;
   double alpha = o.alpha;
   if (o.search) {
-    const std::vector<float> reference = run_layer(model, li, cs, pool);
+    const std::vector<float> reference = dev ? std::vector<float>{} : run_layer(model, li, cs, pool);
     // The layer with every Linear replaced by its trial form (nullptr: kept).
     auto trial_loss = [&]() {
       rt::LayerWeights& L = model.mutable_layer(li);
@@ -583,7 +661,13 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
         std::shared_ptr<rt::Linear> t = trial(p + e.name, w.data(), lin->out_features(), lin->in_features(), lin->bias_values());
         if (t) lin = std::move(t);
       }
-      const double loss = mse(run_layer(model, li, cs, pool), reference);
+      double loss = 0;
+      if (dev) {
+        dev->load(li);
+        loss = dev->loss(rt::SmoothingBlock::Layer);
+      } else {
+        loss = mse(run_layer(model, li, cs, pool), reference);
+      }
       L = smoothed;
       return loss;
     };

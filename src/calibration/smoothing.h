@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "runtime/model.h"
 
 namespace qf {
@@ -66,12 +67,18 @@ struct AwqOptions {
   int64_t clip_n_grid = 20;
   double clip_max_shrink = 0.5;
   int64_t clip_n_sample_tokens = 512;
+  // Where the layer runs for the statistics, the scale search's candidates
+  // and the clip search's sampled inputs (runtime/device_runtime.h's
+  // DeviceSmoothingEval); the clip search itself runs on the CPU.
+  device::Kind device = device::Kind::Cpu;
 };
 
 struct SmoothQuantOptions {
   double alpha = 0.5;
   bool search = false;  // pick alpha per layer from alpha_grid (needs a TrialLinearFn)
   std::vector<double> alpha_grid = {0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95};
+  // Where the layer runs for the statistics and the alpha search's candidates.
+  device::Kind device = device::Kind::Cpu;
 };
 
 struct SmoothingReport {

@@ -93,6 +93,31 @@ std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const
   throw Error(ErrorKind::Internal, "make_device_layer_pass: the CPU pipeline runs rt::Model itself");
 }
 
+uint64_t device_smoothing_eval_bytes(const Model& model, int64_t tokens, int64_t longest) {
+  const ModelConfig& c = model.config();
+  const uint64_t h = static_cast<uint64_t>(c.hidden_size), qd = static_cast<uint64_t>(c.q_dim()),
+                 ff = static_cast<uint64_t>(c.intermediate_size), n = static_cast<uint64_t>(std::max<int64_t>(0, tokens));
+  // x, its normed rows, o_proj's input, the attention output, the MLP's
+  // input, down_proj's input, the MLP's output and the layer's output.
+  const uint64_t refs = n * (6 * h + qd + ff) * 4;
+  // The layer and the engine as the calibration pass has them, without Hessians.
+  return refs + device_layer_pass_bytes(model, longest, false);
+}
+
+std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kind, const Model& model, int64_t longest) {
+  switch (kind) {
+    case device::Kind::Host: return host::make_smoothing_eval(model, longest);
+    case device::Kind::Cuda:
+#if QF_HAVE_CUDA
+      return cuda::make_smoothing_eval(model, longest);
+#else
+      throw unsupported("--device cuda", "this build has no CUDA code");
+#endif
+    case device::Kind::Cpu: break;
+  }
+  throw Error(ErrorKind::Internal, "make_device_smoothing_eval: the CPU searches run rt::Model itself");
+}
+
 std::unique_ptr<DeviceDecoder> make_device_decoder(device::Kind kind, const Model& model, int64_t capacity,
                                                    int64_t pass_tokens) {
   switch (kind) {

@@ -72,6 +72,7 @@ struct LayerCapture {
   bool ranges = false;    // [min(x, 0), max(x, 0)] of each input, NaN ignored
   bool kv_amax = false;   // the largest |K| (after RoPE) and |V|
   bool square_sums = false;  // sum over tokens of x_j^2 per column of each input (the imatrix)
+  bool abs_stats = false;    // sum and max over tokens of |x_j| per column of each input (smoothing)
 };
 
 // One decoder layer on a device, for the sequential calibration pipeline:
@@ -97,6 +98,53 @@ class DeviceLayerPass {
   virtual std::pair<float, float> range(LayerInput input) const = 0;
   virtual std::pair<float, float> kv_amax() const = 0;
 };
+
+// The evaluations of the smoothing searches (calibration/smoothing.h: AWQ's
+// scale search, SmoothQuant's statistics and alpha search) on a device: the
+// layer's calibration inputs are uploaded once, a reference run keeps every
+// block's input and output on the device, and each candidate's loss is the
+// mean squared difference of a block's output from the reference, summed on
+// the device per row in double and over rows in order on the host.
+enum class SmoothingBlock {
+  Attention,  // o_proj(attention(attn_norm(x))) against the reference's
+  O,          // o_proj on the reference's o_proj input
+  Mlp,        // the MLP on the reference's normed MLP input
+  Down,       // down_proj on the reference's down_proj input
+  Layer,      // the whole layer, residuals included
+};
+class DeviceSmoothingEval {
+ public:
+  virtual ~DeviceSmoothingEval() = default;
+  // The layer's inputs: sequences of `lengths` tokens (positions from 0
+  // each), x [sum of lengths, hidden] on the host.
+  virtual void set_inputs(const std::vector<int64_t>& lengths, const float* x) = 0;
+  // Uploads decoder layer `layer`'s current weights; load_linear re-uploads
+  // the Linear kLayerLinears[index] of the loaded layer.
+  virtual void load(int64_t layer) = 0;
+  virtual void load_linear(int index) = 0;
+  // Runs the loaded layer on the inputs, keeping every block's input and
+  // output as the reference, and the per-column sum and max of |x| of the
+  // four Linear inputs (in the CPU's order: tokens in sequence order).
+  virtual void run_reference() = 0;
+  virtual std::vector<double> abs_sum(LayerInput input) const = 0;
+  virtual std::vector<double> abs_max(LayerInput input) const = 0;
+  virtual int64_t tokens() const = 0;
+  // Every step-th token's row of a Linear input of the reference run
+  // (tokens 0, step, 2 step, ...): [kept, cols].
+  virtual std::vector<float> rows(LayerInput input, int64_t step) const = 0;
+  // The loaded weights' block output against the reference: the mean of
+  // the squared differences over all tokens and hidden columns.
+  virtual double loss(SmoothingBlock block) = 0;
+};
+
+// Device memory a smoothing evaluation over `tokens` tokens in sequences of
+// at most `longest` needs: the inputs and reference buffers, one layer, the
+// engine's activations.
+uint64_t device_smoothing_eval_bytes(const Model& model, int64_t tokens, int64_t longest);
+
+// A smoothing evaluation on device `kind` (Host or Cuda) for sequences of
+// at most `longest` tokens.
+std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kind, const Model& model, int64_t longest);
 
 // Device memory a layer pass over sequences of up to `capacity` tokens
 // needs at most: the largest layer's weights as stored (f32 for quantized

@@ -202,15 +202,34 @@ struct ColumnSquareSums {
   }
 };
 
-// What a pass through a layer measures: the Hessians, ranges and column
-// square sums of its four distinct Linear inputs (rt::LayerInput order) and
-// the largest |K| and |V|.
+// sum[j] += |x[t, j]|, max[j] = max(max[j], |x[t, j]|) over the n rows in
+// order, in double: one index per column.
+struct ColumnAbsStats {
+  const float* x;
+  double* sum;
+  double* max;
+  int64_t n, cols;
+  QF_HD void operator()(int64_t j) const {
+    double s = sum[j], m = max[j];
+    for (int64_t t = 0; t < n; ++t) {
+      const double a = static_cast<double>(hd::abs_f32(x[t * cols + j]));
+      s += a;
+      m = a > m ? a : m;
+    }
+    sum[j] = s, max[j] = m;
+  }
+};
+
+// What a pass through a layer measures: the Hessians, ranges, column square
+// sums and |x| statistics of its four distinct Linear inputs (rt::LayerInput
+// order) and the largest |K| and |V|.
 struct Capture {
   rt::LayerCapture what;
   std::unique_ptr<HessianSum> h[4];
   Range range[4] = {};
   dvec<double> sq[4];
   int64_t sq_rows = 0;
+  dvec<double> abs_sum[4], abs_max[4];
   float k_amax = 0, v_amax = 0;
 
   void input(rt::LayerInput i, const float* x, int64_t n, int64_t cols) {
@@ -220,6 +239,10 @@ struct Capture {
       if (sq[k].empty()) sq[k].assign(static_cast<size_t>(cols), 0.0);
       for_each_index(cols, ColumnSquareSums{x, raw(sq[k]), n, cols});
       if (k == 0) sq_rows += n;
+    }
+    if (what.abs_stats) {
+      if (abs_sum[k].empty()) abs_sum[k].assign(static_cast<size_t>(cols), 0.0), abs_max[k].assign(static_cast<size_t>(cols), 0.0);
+      for_each_index(cols, ColumnAbsStats{x, raw(abs_sum[k]), raw(abs_max[k]), n, cols});
     }
     if (what.ranges) {
       const Range r = range_of(x, n * cols);
@@ -286,14 +309,14 @@ class LayerEngine {
     if (!l.bias.empty()) for_each_index(n * l.out, AddBias{y, raw(l.bias), l.out});
   }
 
-  // Layer L on the n tokens in x_ (positions pos0..pos0+n-1), appending
-  // their K/V to L's cache; `cap` (optional) sees the Linear inputs and K/V.
-  void layer(DeviceLayer& L, int64_t n, int64_t pos0, Capture* cap) {
-    const int64_t h = c_.hidden_size, hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim(), ff = c_.intermediate_size;
+  // y_ := o_proj(attention(attn_norm(x_))) for the n tokens in x_ at
+  // positions pos0..pos0+n-1, appending their K/V to L's cache; att_ keeps
+  // o_proj's input. `cap` (optional) sees the Linear inputs and K/V.
+  void attention_block(DeviceLayer& L, int64_t n, int64_t pos0, Capture* cap) {
+    const int64_t h = c_.hidden_size, hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim();
     const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
     const float eps = static_cast<float>(c_.rms_norm_eps);
-    fit(xn_, n * h), fit(y_, n * h), fit(q_, n * qd), fit(att_, n * qd), fit(k_, n * kvd), fit(v_, n * kvd);
-    fit(g_, n * ff), fit(u_, n * ff);
+    reserve(n);
     for_each_index(n, RmsNormRows{raw(x_), raw(L.attn_norm), raw(xn_), h, eps});
     if (cap) cap->input(rt::LayerInput::Attention, raw(xn_), n, h);
     linear(L.lin[0], raw(xn_), n, raw(q_));
@@ -317,20 +340,60 @@ class LayerEngine {
                      scores_);
     if (cap) cap->input(rt::LayerInput::O, raw(att_), n, qd);
     linear(L.lin[3], raw(att_), n, raw(y_));
-    for_each_index(n * h, AddInPlace{raw(x_), raw(y_)});
-    for_each_index(n, RmsNormRows{raw(x_), raw(L.ffn_norm), raw(xn_), h, eps});
+  }
+
+  // y_ := down(swiglu(gate(xn_), up(xn_))) of the n normed rows in xn_;
+  // g_ keeps down_proj's input.
+  void mlp_block(DeviceLayer& L, int64_t n, Capture* cap) {
+    const int64_t h = c_.hidden_size, ff = c_.intermediate_size;
+    reserve(n);
     if (cap) cap->input(rt::LayerInput::Mlp, raw(xn_), n, h);
     linear(L.lin[4], raw(xn_), n, raw(g_));
     linear(L.lin[5], raw(xn_), n, raw(u_));
     for_each_index(n * ff, Swiglu{raw(g_), raw(u_)});
     if (cap) cap->input(rt::LayerInput::Down, raw(g_), n, ff);
     linear(L.lin[6], raw(g_), n, raw(y_));
+  }
+
+  // xn_ := ffn_norm(x_ + y_), and x_ += y_ (the attention residual).
+  void attention_residual(DeviceLayer& L, int64_t n) {
+    const int64_t h = c_.hidden_size;
     for_each_index(n * h, AddInPlace{raw(x_), raw(y_)});
+    for_each_index(n, RmsNormRows{raw(x_), raw(L.ffn_norm), raw(xn_), h, static_cast<float>(c_.rms_norm_eps)});
+  }
+
+  // Layer L on the n tokens in x_ (positions pos0..pos0+n-1), in place:
+  // Model::forward_layer.
+  void layer(DeviceLayer& L, int64_t n, int64_t pos0, Capture* cap) {
+    attention_block(L, n, pos0, cap);
+    attention_residual(L, n);
+    mlp_block(L, n, cap);
+    for_each_index(n * c_.hidden_size, AddInPlace{raw(x_), raw(y_)});
+  }
+
+  // The buffers of the last block run, for callers that keep them.
+  float* y() { return raw(y_); }
+  float* att() { return raw(att_); }
+  float* g() { return raw(g_); }
+  // x_ := n rows already on the device.
+  void set_x_device(const float* x, int64_t n) {
+    fit(x_, n * c_.hidden_size);
+    thrust::copy(thrust::device_pointer_cast(x), thrust::device_pointer_cast(x) + n * c_.hidden_size, x_.begin());
+  }
+  // xn_ := n rows already on the device.
+  void set_xn_device(const float* x, int64_t n) {
+    fit(xn_, n * c_.hidden_size);
+    thrust::copy(thrust::device_pointer_cast(x), thrust::device_pointer_cast(x) + n * c_.hidden_size, xn_.begin());
   }
 
  private:
   static void fit(dvec<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+  void reserve(int64_t n) {
+    const int64_t h = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), ff = c_.intermediate_size;
+    fit(xn_, n * h), fit(y_, n * h), fit(q_, n * qd), fit(att_, n * qd), fit(k_, n * kvd), fit(v_, n * kvd);
+    fit(g_, n * ff), fit(u_, n * ff);
   }
 
   const rt::Model& m_;

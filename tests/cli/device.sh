@@ -18,8 +18,12 @@ calib="$SRC/tests/data/text/calibration.txt"
 # the fixture 3.1% of the W4 codes differ (5.6% with the mse observer), as
 # many as between the CPU's own AVX-512 and scalar kernels (3.1%, 5.6%),
 # and the KL divergence from the f16 model stays within 1% (0.003600
-# against 0.003567; scalar CPU: 0.003541). The bounds: at most 10% of the
-# codes, KL within 5%.
+# against 0.003567; scalar CPU: 0.003541). AWQ and SmoothQuant run their
+# searches' evaluations on the device too; a candidate picked differently in
+# one layer changes the rest of the run, as between the CPU's own kernels:
+# W4 AWQ's KL is 0.004822 (AVX-512), 0.004642 (AVX2), 0.004662 (scalar) and
+# 0.004669 on the host build. The bounds: at most 10% of the codes, KL
+# within 10%.
 cat >"$WORK/cmp.py" <<'PYEOF'
 import json, struct, sys
 import numpy as np
@@ -45,7 +49,7 @@ if codes:
     assert diff <= 0.10 * codes, f"{diff} of {codes} codes differ"
     print(f"  {100 * diff / codes:.2f}% of {codes} codes differ")
 PYEOF
-for r in w4-gptq w4-rtn nvfp4 fp8; do
+for r in w4-gptq w4-rtn nvfp4 fp8 w4-awq w8a8-sq-search; do
   for d in cpu host; do
     "$QF" -q quantize "$fx" --recipe "$rec/$r.yaml" --calib "$calib" -o "$WORK/$d-$r" --device $d >/dev/null 2>"$WORK/$d-$r.err" \
       || fail "quantize $r on $d: $(cat "$WORK/$d-$r.err")"
@@ -67,7 +71,7 @@ for r in w4-gptq w4-rtn nvfp4 fp8; do
 import json, sys
 c, h = (json.load(open(p))["kld"]["mean"] for p in sys.argv[1:3])
 print(f"  KL cpu {c:.6f} host {h:.6f}")
-assert c > 0 and abs(h - c) <= 0.05 * c + 1e-6, (c, h)
+assert c > 0 and abs(h - c) <= 0.10 * c + 1e-6, (c, h)
 PYEOF
 done
 $PY - "$WORK/host-w4-gptq/quantization_report.json" "$WORK/cpu-w4-gptq/quantization_report.json" <<'PYEOF' \

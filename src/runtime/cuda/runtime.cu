@@ -3,3 +3,4 @@
 #include "runtime/attention_device.cpp"
 #include "runtime/decoder_device.cpp"
 #include "runtime/layer_pass_device.cpp"
+#include "runtime/smoothing_eval_device.cpp"
