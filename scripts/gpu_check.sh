@@ -2,7 +2,7 @@
 # What a user with an NVIDIA GPU runs to check the cuda build on it:
 #   scripts/gpu_check.sh [--skip-8b]
 #  1. builds with CUDA (build-cuda/, QF_CUDA=ON: fails without nvcc);
-#  2. runs the device tests (Device*): with a GPU, none of the cuda cases may
+#  2. runs the device tests (*Device*): with a GPU, none of the cuda cases may
 #     be skipped;
 #  3. quantizes the fixture with --device cuda and --device cpu: RTN must be
 #     byte-identical; FP8, NVFP4 and GPTQ (calibrated on the device's
@@ -32,7 +32,7 @@ trap 'rm -rf "$work"' EXIT
 fails=0
 
 echo "== device tests"
-build-cuda/bin/qf_tests --gtest_filter='Device*' | tee "$work/tests.txt"
+build-cuda/bin/qf_tests --gtest_filter='*Device*' | tee "$work/tests.txt"
 if grep -q "no CUDA device" "$work/tests.txt"; then
   echo "gpu_check: FAIL: the CUDA cases were skipped: no usable GPU"; exit 1
 fi

@@ -10,17 +10,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "calibration/imatrix_collect.h"
 #include "core/io.h"
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "runtime/model.h"
 #include "test_util.h"
 
 namespace qf {
 namespace {
 
-TEST(ImatrixDevice, HostDecoderSumsWhatTheCpuSums) {
+void expect_sums_what_the_cpu_sums(device::Kind kind) {
   const auto fixture = test::source_dir() / "tests/data/fixture-llama";
   std::unique_ptr<rt::Model> m = rt::load_hf_model(fixture);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(fixture);
@@ -29,7 +31,7 @@ TEST(ImatrixDevice, HostDecoderSumsWhatTheCpuSums) {
   o.ctx = 128, o.max_chunks = 3, o.process_output = true;
   ThreadPool pool(2);
   const Imatrix cpu = compute_imatrix(*m, *tok, text, o, pool);
-  o.device = device::Kind::Host;
+  o.device = kind;
   const Imatrix host = compute_imatrix(*m, *tok, text, o, pool);
   EXPECT_EQ(host.chunk_count, cpu.chunk_count);
   EXPECT_EQ(host.chunk_size, cpu.chunk_size);
@@ -53,7 +55,15 @@ TEST(ImatrixDevice, HostDecoderSumsWhatTheCpuSums) {
       EXPECT_EQ(h.in_sum2, c.in_sum2) << "the first layer's input is computed alike";
     }
   }
-  std::printf("imatrix on the device vs cpu: largest relative column difference %.3g\n", worst);
+  std::printf("imatrix on %s vs cpu: largest relative column difference %.3g\n", device::kind_name(kind), worst);
+}
+
+TEST(ImatrixDevice, HostDecoderSumsWhatTheCpuSums) { expect_sums_what_the_cpu_sums(device::Kind::Host); }
+
+TEST(ImatrixDevice, CudaDecoderSumsWhatTheCpuSums) {
+  std::string why;
+  if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  expect_sums_what_the_cpu_sums(device::Kind::Cuda);
 }
 
 }  // namespace

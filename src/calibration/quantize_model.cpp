@@ -191,6 +191,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   // keeps the pipeline's bookkeeping; nothing is observed on it.
   if (!plan.needs_calibration) samples = {{tok->bos_id() >= 0 ? tok->bos_id() : 0, 0}};
 
+  uint64_t device_need = 0;
   if (job.device != device::Kind::Cpu) {
     // The calibration forward: one layer, its cache, activations and Hessians
     // on the device, next to the GPTQ solve of one Linear.
@@ -206,14 +207,22 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     }
     log(on_device + "the calibration forward needs up to " + mib(fwd) + " of device memory (one layer at a time); " +
         mib(fwd + gptq_need + smooth) + " in all");
-    device::require_device_memory(job.device, fwd + gptq_need + smooth, "quantize " + job.model);
+    device_need = fwd + gptq_need + smooth;
+    device::require_device_memory(job.device, device_need, "quantize " + job.model);
   }
 
   SequentialOptions so;
   so.device = job.device;
+  so.device_reserve_bytes = device_need;
   so.hessian_weighted_error = gptq;
   so.max_memory_bytes = job.max_memory_bytes;
   so.spill_beside = stage.final_path();
+  if (job.device != device::Kind::Cpu && plan.needs_calibration) {
+    const uint64_t hidden_bytes = static_cast<uint64_t>(sum.tokens) * static_cast<uint64_t>(model->config().hidden_size) * 4;
+    log(on_device + "the calibration set's hidden states (" + mib(hidden_bytes) + ") " +
+        (hidden_states_on_device(so, hidden_bytes) ? "stay on the device between layers"
+                                                   : "stay in host memory and cross to the device once per pass"));
+  }
   so.observe_ranges = plan.needs_activation_ranges;
   so.fused_weight_amax = plan.fused_nvfp4;
   std::vector<std::pair<float, float>> kv_amax;

@@ -92,10 +92,15 @@ void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector
   }
 }
 
-// run_layer on the device: the layer pass has the layer loaded.
-void run_layer_on(rt::DeviceLayerPass& dev, const std::vector<std::vector<int32_t>>& samples, ActivationStore& hidden,
-                  bool write_back) {
+// run_layer on the device: the layer pass has the layer loaded, and the
+// hidden states are on the device (resident) or in `hidden`.
+void run_layer_on(rt::DeviceLayerPass& dev, bool resident, const std::vector<std::vector<int32_t>>& samples,
+                  ActivationStore& hidden, bool write_back) {
   for (size_t s = 0; s < samples.size(); ++s) {
+    if (resident) {
+      dev.run_resident(s, write_back);
+      continue;
+    }
     std::vector<float> x = hidden.load(s);
     dev.run(x.data(), static_cast<int64_t>(samples[s].size()), write_back);
     if (write_back) hidden.store(s, x);
@@ -125,6 +130,18 @@ std::array<float, 2> fused_set_amax(const rt::LayerWeights& L) {
 
 }  // namespace
 
+bool hidden_states_on_device(const SequentialOptions& o, uint64_t bytes) {
+  switch (o.device) {
+    case device::Kind::Cpu: return false;
+    case device::Kind::Host: return o.max_memory_bytes == 0 || bytes <= o.max_memory_bytes;
+    case device::Kind::Cuda: {
+      uint64_t free = 0, total = 0;
+      return device::cuda_memory(&free, &total) && bytes + o.device_reserve_bytes <= free / 10 * 9;
+    }
+  }
+  return false;
+}
+
 int fused_set_of(rt::LinearObserver::Slot slot) {
   switch (slot) {
     case rt::LinearObserver::Q:
@@ -144,6 +161,23 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   std::vector<size_t> sizes;
   for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
   ActivationStore hidden(sizes, opts.max_memory_bytes, opts.spill_beside);
+  if (opts.resume_layers > 0 && !opts.restore)
+    throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
+  std::unique_ptr<rt::DeviceLayerPass> dev;
+  bool resident = false;
+  if (opts.device != device::Kind::Cpu) {
+    int64_t longest = 1;
+    std::vector<int64_t> lengths;
+    uint64_t bytes = 0;
+    for (const auto& sm : samples) {
+      longest = std::max(longest, static_cast<int64_t>(sm.size()));
+      lengths.push_back(static_cast<int64_t>(sm.size()));
+      bytes += sm.size() * static_cast<uint64_t>(c.hidden_size) * sizeof(float);
+    }
+    dev = rt::make_device_layer_pass(opts.device, model, longest);
+    resident = hidden_states_on_device(opts, bytes);
+    if (resident) dev->make_resident(lengths);
+  }
   for (size_t s = 0; s < samples.size(); ++s) {
     rt::Batch b;
     rt::KvCache cache = model.make_cache(rt::KvDType::F16, static_cast<int64_t>(samples[s].size()));
@@ -152,25 +186,19 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     model.check_batch(b, cache);
     std::vector<float> x(sizes[s]);
     model.embed(b, x.data());
-    hidden.store(s, x);
+    if (resident) dev->store_resident(s, x.data());
+    else hidden.store(s, x);
   }
-  if (opts.resume_layers > 0 && !opts.restore)
-    throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
-  std::unique_ptr<rt::DeviceLayerPass> dev;
-  if (opts.device != device::Kind::Cpu) {
-    int64_t longest = 1;
-    for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
-    dev = rt::make_device_layer_pass(opts.device, model, longest);
-  }
+  const auto load_input = [&](size_t s) { return resident ? dev->load_resident(s) : hidden.load(s); };
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     if (li < opts.resume_layers) {
       opts.restore(li);
-      if (dev) dev->load(li), run_layer_on(*dev, samples, hidden, true);
+      if (dev) dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
       else run_layer(model, li, samples, hidden, pool, nullptr, true);
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (opts.transform) opts.transform(li, samples, [&](size_t s) { return hidden.load(s); });
+    if (opts.transform) opts.transform(li, samples, load_input);
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
     std::unique_ptr<CaptureObserver> obs;
     if (opts.hessian_weighted_error || opts.observe_ranges) {
@@ -179,7 +207,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       if (dev) {
         dev->load(li);
         dev->begin_capture(rt::LayerCapture{opts.hessian_weighted_error, opts.observe_ranges, false});
-        run_layer_on(*dev, samples, hidden, false);
+        run_layer_on(*dev, resident, samples, hidden, false);
         dev->end_capture();
         obs->adopt(*dev);
         dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
@@ -228,7 +256,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (dev) {
       dev->load(li);  // the quantized Linears, decoded
       dev->begin_capture(rt::LayerCapture{false, false, opts.kv_amax != nullptr});
-      run_layer_on(*dev, samples, hidden, true);
+      run_layer_on(*dev, resident, samples, hidden, true);
       dev->end_capture();
       if (opts.kv_amax) opts.kv_amax->push_back(dev->kv_amax());
     } else {

@@ -94,11 +94,24 @@ struct SequentialOptions {
   std::function<void(int64_t layer)> restore;
   // Where the layers run: the CPU runtime, or (host, cuda) the device layer
   // pass (runtime/device_runtime.h), which also accumulates the Hessians on
-  // the device. The hidden states between layers stay in the ActivationStore
-  // (host memory, spilled to disk beyond max_memory_bytes) either way. The
-  // transform callback (AWQ, SmoothQuant) still runs on the CPU.
+  // the device. The hidden states between layers stay on the device when
+  // they fit (hidden_states_on_device), else in the ActivationStore (host
+  // memory, spilled to disk beyond max_memory_bytes). The transform callback
+  // (AWQ, SmoothQuant) gets each layer's inputs on the host either way.
   device::Kind device = device::Kind::Cpu;
+  // On a GPU, the device memory the rest of the run needs (the layer pass,
+  // GPTQ, the smoothing searches): the hidden states stay on the device
+  // only when they fit beside it (hidden_states_on_device).
+  uint64_t device_reserve_bytes = 0;
 };
+
+// Whether the pipeline keeps the calibration set's hidden states (`bytes`
+// in all) on the device between layers instead of in the ActivationStore:
+// never on the CPU; on the host build when they fit within max_memory_bytes
+// (0: always); on a GPU when they fit, with device_reserve_bytes, in 90% of
+// its free memory. Otherwise each sequence crosses to the device and back
+// once per pass.
+bool hidden_states_on_device(const SequentialOptions& o, uint64_t bytes);
 
 // Which of the fused sets a layer Linear belongs to: 0 for q/k/v (vLLM's
 // qkv_proj), 1 for gate/up (gate_up_proj), -1 for o_proj and down_proj.

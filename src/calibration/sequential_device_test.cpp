@@ -43,7 +43,7 @@ struct Calibrated {
   std::vector<std::pair<float, float>> kv;
 };
 
-Calibrated calibrate(device::Kind kind, const std::vector<std::vector<int32_t>>& samples) {
+Calibrated calibrate(device::Kind kind, const std::vector<std::vector<int32_t>>& samples, uint64_t max_memory = 0) {
   std::unique_ptr<rt::Model> m = rt::load_hf_model(test::source_dir() / "tests/data/fixture-llama");
   Calibrated r;
   const QuantizeFn record = [&](const LinearToQuantize& in) -> std::optional<QuantizedLinearResult> {
@@ -55,6 +55,7 @@ Calibrated calibrate(device::Kind kind, const std::vector<std::vector<int32_t>>&
   };
   SequentialOptions o;
   o.device = kind;
+  o.max_memory_bytes = max_memory;
   o.observe_ranges = true;
   o.kv_amax = &r.kv;
   ThreadPool pool(2);
@@ -62,15 +63,18 @@ Calibrated calibrate(device::Kind kind, const std::vector<std::vector<int32_t>>&
   return r;
 }
 
-TEST(SequentialDevice, HostLayerPassMeasuresWhatTheCpuDoes) {
-  const auto fixture = test::source_dir() / "tests/data/fixture-llama";
-  std::unique_ptr<Tokenizer> tok = load_tokenizer(fixture);
+// `n` calibration samples of `len` tokens from the real calibration text.
+std::vector<std::vector<int32_t>> fixture_samples(int64_t n, int64_t len) {
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(test::source_dir() / "tests/data/fixture-llama");
   CalibrationOptions co;
-  co.num_samples = 6, co.seq_len = 96;
-  const std::vector<std::vector<int32_t>> samples =
-      load_calibration(test::source_dir() / "tests/data/text/calibration.txt", *tok, co);
+  co.num_samples = n, co.seq_len = len;
+  return load_calibration(test::source_dir() / "tests/data/text/calibration.txt", *tok, co);
+}
+
+void expect_measures_what_the_cpu_does(device::Kind kind) {
+  const std::vector<std::vector<int32_t>> samples = fixture_samples(6, 96);
   ASSERT_EQ(samples.size(), 6u);
-  const Calibrated cpu = calibrate(device::Kind::Cpu, samples), host = calibrate(device::Kind::Host, samples);
+  const Calibrated cpu = calibrate(device::Kind::Cpu, samples), host = calibrate(kind, samples);
   ASSERT_EQ(cpu.linears.size(), host.linears.size());
   ASSERT_FALSE(cpu.linears.empty());
   double worst = 0, worst_frob = 0;
@@ -105,8 +109,40 @@ TEST(SequentialDevice, HostLayerPassMeasuresWhatTheCpuDoes) {
     EXPECT_NEAR(host.kv[l].first, cpu.kv[l].first, 2e-3 * cpu.kv[l].first) << "layer " << l;
     EXPECT_NEAR(host.kv[l].second, cpu.kv[l].second, 2e-3 * cpu.kv[l].second) << "layer " << l;
   }
-  std::printf("device layer pass vs cpu: largest Hessian difference %.3g of sqrt(H_ii H_jj), %.3g in Frobenius norm\n",
-              worst, worst_frob);
+  std::printf("%s layer pass vs cpu: largest Hessian difference %.3g of sqrt(H_ii H_jj), %.3g in Frobenius norm\n",
+              device::kind_name(kind), worst, worst_frob);
+}
+
+TEST(SequentialDevice, HostLayerPassMeasuresWhatTheCpuDoes) { expect_measures_what_the_cpu_does(device::Kind::Host); }
+
+TEST(SequentialDevice, CudaLayerPassMeasuresWhatTheCpuDoes) {
+  std::string why;
+  if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  expect_measures_what_the_cpu_does(device::Kind::Cuda);
+}
+
+// With the hidden states in host memory (spilled to disk here: a 1-byte
+// budget) the device computes exactly what it computes with them resident.
+TEST(SequentialDevice, HiddenStatesOnTheDeviceOrInHostMemoryGiveTheSameResult) {
+  const std::vector<std::vector<int32_t>> samples = fixture_samples(3, 64);
+  SequentialOptions o;
+  o.device = device::Kind::Host;
+  EXPECT_TRUE(hidden_states_on_device(o, 1 << 20));
+  o.max_memory_bytes = 1;
+  EXPECT_FALSE(hidden_states_on_device(o, 1 << 20));
+  o.device = device::Kind::Cpu;
+  o.max_memory_bytes = 0;
+  EXPECT_FALSE(hidden_states_on_device(o, 1));
+  const Calibrated resident = calibrate(device::Kind::Host, samples), spilled = calibrate(device::Kind::Host, samples, 1);
+  ASSERT_EQ(resident.linears.size(), spilled.linears.size());
+  for (const auto& [name, r] : resident.linears) {
+    const Seen& s = spilled.linears.at(name);
+    EXPECT_EQ(r.h, s.h) << name;
+    EXPECT_EQ(r.samples, s.samples) << name;
+    EXPECT_EQ(r.lo, s.lo) << name;
+    EXPECT_EQ(r.hi, s.hi) << name;
+  }
+  EXPECT_EQ(resident.kv, spilled.kv);
 }
 
 }  // namespace

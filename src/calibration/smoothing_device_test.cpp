@@ -113,18 +113,18 @@ void expect_same(const Outcome& cpu, const Outcome& host, const std::string& wha
   }
 }
 
-TEST(SmoothingDevice, AwqOnTheHostBuildMatchesTheCpu) {
+void expect_awq_matches_the_cpu(device::Kind kind) {
   for (int64_t li : {0, 1}) {
     const auto awq = [](rt::Model& m, int64_t l, const LayerCalib& c, device::Kind k, ThreadPool& p) {
       AwqOptions o;
       o.group_size = 32, o.device = k;
       return awq_layer(m, l, c, fake_w4, o, p);
     };
-    expect_same(run(device::Kind::Cpu, li, awq), run(device::Kind::Host, li, awq), "awq layer " + std::to_string(li));
+    expect_same(run(device::Kind::Cpu, li, awq), run(kind, li, awq), "awq layer " + std::to_string(li));
   }
 }
 
-TEST(SmoothingDevice, SmoothQuantSearchOnTheHostBuildMatchesTheCpu) {
+void expect_smoothquant_matches_the_cpu(device::Kind kind) {
   for (int64_t li : {0, 1}) {
     const auto sq = [](rt::Model& m, int64_t l, const LayerCalib& c, device::Kind k, ThreadPool& p) {
       SmoothQuantOptions o;
@@ -139,8 +139,21 @@ TEST(SmoothingDevice, SmoothQuantSearchOnTheHostBuildMatchesTheCpu) {
       };
       return smoothquant_layer(m, l, c, o, trial, p);
     };
-    expect_same(run(device::Kind::Cpu, li, sq), run(device::Kind::Host, li, sq), "smoothquant layer " + std::to_string(li));
+    expect_same(run(device::Kind::Cpu, li, sq), run(kind, li, sq), "smoothquant layer " + std::to_string(li));
   }
+}
+
+TEST(SmoothingDevice, AwqOnTheHostBuildMatchesTheCpu) { expect_awq_matches_the_cpu(device::Kind::Host); }
+
+TEST(SmoothingDevice, SmoothQuantSearchOnTheHostBuildMatchesTheCpu) {
+  expect_smoothquant_matches_the_cpu(device::Kind::Host);
+}
+
+TEST(SmoothingDevice, CudaBuildMatchesTheCpu) {
+  std::string why;
+  if (!device::cuda_usable(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  expect_awq_matches_the_cpu(device::Kind::Cuda);
+  expect_smoothquant_matches_the_cpu(device::Kind::Cuda);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Which build runs a device decoder, and how much device memory it needs.
+// Which build runs the device runtime's pieces, and how much device memory they need.
 #include <algorithm>
 #include <string>
 
@@ -78,20 +78,6 @@ uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hess
   return layer + widest * f + cache + rope + act + hess;
 }
 
-std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
-                                                        int64_t pass_tokens) {
-  switch (kind) {
-    case device::Kind::Host: return host::make_layer_pass(model, capacity, pass_tokens);
-    case device::Kind::Cuda:
-#if QF_HAVE_CUDA
-      return cuda::make_layer_pass(model, capacity, pass_tokens);
-#else
-      throw unsupported("--device cuda", "this build has no CUDA code");
-#endif
-    case device::Kind::Cpu: break;
-  }
-  throw Error(ErrorKind::Internal, "make_device_layer_pass: the CPU pipeline runs rt::Model itself");
-}
 
 uint64_t device_smoothing_eval_bytes(const Model& model, int64_t tokens, int64_t longest) {
   const ModelConfig& c = model.config();
@@ -104,47 +90,57 @@ uint64_t device_smoothing_eval_bytes(const Model& model, int64_t tokens, int64_t
   return refs + device_layer_pass_bytes(model, longest, false);
 }
 
-std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kind, const Model& model, int64_t longest) {
+
+
+
+namespace {
+
+// The device runtime's entry points of one build.
+struct Build {
+  std::unique_ptr<DeviceDecoder> (*make_decoder)(const Model&, int64_t, int64_t);
+  std::unique_ptr<DeviceLayerPass> (*make_layer_pass)(const Model&, int64_t, int64_t);
+  std::unique_ptr<DeviceSmoothingEval> (*make_smoothing_eval)(const Model&, int64_t);
+  double (*read_bandwidth)(uint64_t);
+};
+
+// The build of device `kind`: Unsupported for cuda in a build without it,
+// Internal for the CPU (whose runtime is rt::Model itself).
+const Build& build_of(device::Kind kind, const char* what) {
+  static const Build host_build{host::make_decoder, host::make_layer_pass, host::make_smoothing_eval, host::read_bandwidth};
+#if QF_HAVE_CUDA
+  static const Build cuda_build{cuda::make_decoder, cuda::make_layer_pass, cuda::make_smoothing_eval, cuda::read_bandwidth};
+#endif
   switch (kind) {
-    case device::Kind::Host: return host::make_smoothing_eval(model, longest);
+    case device::Kind::Host: return host_build;
     case device::Kind::Cuda:
 #if QF_HAVE_CUDA
-      return cuda::make_smoothing_eval(model, longest);
+      return cuda_build;
 #else
       throw unsupported("--device cuda", "this build has no CUDA code");
 #endif
     case device::Kind::Cpu: break;
   }
-  throw Error(ErrorKind::Internal, "make_device_smoothing_eval: the CPU searches run rt::Model itself");
+  throw Error(ErrorKind::Internal, std::string(what) + ": the CPU runs rt::Model itself, not a device build");
 }
+
+}  // namespace
 
 std::unique_ptr<DeviceDecoder> make_device_decoder(device::Kind kind, const Model& model, int64_t capacity,
                                                    int64_t pass_tokens) {
-  switch (kind) {
-    case device::Kind::Host: return host::make_decoder(model, capacity, pass_tokens);
-    case device::Kind::Cuda:
-#if QF_HAVE_CUDA
-      return cuda::make_decoder(model, capacity, pass_tokens);
-#else
-      throw unsupported("--device cuda", "this build has no CUDA code");
-#endif
-    case device::Kind::Cpu: break;
-  }
-  throw Error(ErrorKind::Internal, "make_device_decoder: the CPU runtime is rt::Model itself");
+  return build_of(kind, "make_device_decoder").make_decoder(model, capacity, pass_tokens);
+}
+
+std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
+                                                        int64_t pass_tokens) {
+  return build_of(kind, "make_device_layer_pass").make_layer_pass(model, capacity, pass_tokens);
+}
+
+std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kind, const Model& model, int64_t longest) {
+  return build_of(kind, "make_device_smoothing_eval").make_smoothing_eval(model, longest);
 }
 
 double device_read_bandwidth(device::Kind kind, uint64_t bytes) {
-  switch (kind) {
-    case device::Kind::Host: return host::read_bandwidth(bytes);
-    case device::Kind::Cuda:
-#if QF_HAVE_CUDA
-      return cuda::read_bandwidth(bytes);
-#else
-      throw unsupported("--device cuda", "this build has no CUDA code");
-#endif
-    case device::Kind::Cpu: break;
-  }
-  throw Error(ErrorKind::Internal, "device_read_bandwidth: not a device");
+  return build_of(kind, "device_read_bandwidth").read_bandwidth(bytes);
 }
 
 }  // namespace qf::rt

@@ -92,6 +92,14 @@ class DeviceLayerPass {
   // Runs the loaded layer on x [n, hidden] (host); writes the layer's
   // output back into x when write_back.
   virtual void run(float* x, int64_t n, bool write_back) = 0;
+  // Hidden states kept on the device between layers: room for sequences of
+  // `lengths` tokens ([sum, hidden] floats, allocated here); store_resident
+  // and load_resident copy sequence s in or out, run_resident runs the
+  // loaded layer on it in place (write_back) or only to measure.
+  virtual void make_resident(const std::vector<int64_t>& lengths) = 0;
+  virtual void store_resident(size_t s, const float* x) = 0;
+  virtual std::vector<float> load_resident(size_t s) const = 0;
+  virtual void run_resident(size_t s, bool write_back) = 0;
   // The measurements since begin_capture.
   virtual int64_t captured_rows(LayerInput input) const = 0;
   virtual std::vector<double> hessian(LayerInput input) const = 0;  // [cols * cols]

@@ -291,7 +291,7 @@ class LayerEngine {
   // y[n, out] = x[n, in] W^T (+ bias), the input quantized first when the
   // Linear says so: one GEMM, y^T (out x n) = op T of W's column-major
   // in x out view (W is stored row-major [out, in]) times x^T.
-  void linear(DeviceLinear& l, float* x, int64_t n, float* y) {
+  void linear(DeviceLinear& l, const float* x, int64_t n, float* y) {
     if (l.act) {
       std::vector<float> hx(static_cast<size_t>(n * l.in));
       thrust::copy(thrust::device_pointer_cast(x), thrust::device_pointer_cast(x) + n * l.in, hx.begin());

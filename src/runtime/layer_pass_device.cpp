@@ -50,6 +50,44 @@ class LayerPass final : public rt::DeviceLayerPass {
     }
   }
 
+  void make_resident(const std::vector<int64_t>& lengths) override {
+    offsets_.clear();
+    int64_t n = 0;
+    for (int64_t len : lengths) {
+      if (len <= 0 || len > capacity_)
+        throw invalid_input("device layer pass", "a sequence of " + std::to_string(len) + " tokens for a capacity of " +
+                                                     std::to_string(capacity_));
+      offsets_.push_back(n);
+      n += len;
+    }
+    lengths_ = lengths;
+    hidden_.resize(static_cast<size_t>(n * c_.hidden_size));
+  }
+  void store_resident(size_t s, const float* x) override {
+    const int64_t h = c_.hidden_size;
+    thrust::copy(x, x + resident_length(s) * h, hidden_.begin() + static_cast<std::ptrdiff_t>(offsets_[s] * h));
+  }
+  std::vector<float> load_resident(size_t s) const override {
+    const int64_t h = c_.hidden_size;
+    std::vector<float> x(static_cast<size_t>(resident_length(s) * h));
+    const auto from = hidden_.begin() + static_cast<std::ptrdiff_t>(offsets_[s] * h);
+    thrust::copy(from, from + static_cast<std::ptrdiff_t>(x.size()), x.begin());
+    return x;
+  }
+  void run_resident(size_t s, bool write_back) override {
+    if (!loaded_) throw Error(ErrorKind::Internal, "device layer pass: run before load");
+    const int64_t h = c_.hidden_size, n = resident_length(s);
+    float* x = raw(hidden_) + offsets_[s] * h;
+    for (int64_t t0 = 0; t0 < n; t0 += pass_tokens_) {
+      const int64_t m = std::min(pass_tokens_, n - t0);
+      engine_.set_x_device(x + t0 * h, m);
+      engine_.layer(layer_, m, t0, capturing_ ? &cap_ : nullptr);
+      if (write_back)
+        thrust::copy(thrust::device_pointer_cast(engine_.x()), thrust::device_pointer_cast(engine_.x()) + m * h,
+                     thrust::device_pointer_cast(x + t0 * h));
+    }
+  }
+
   int64_t captured_rows(rt::LayerInput i) const override {
     const auto& h = cap_.h[static_cast<int>(i)];
     return h ? h->samples() : 0;
@@ -73,6 +111,13 @@ class LayerPass final : public rt::DeviceLayerPass {
   DeviceLayer layer_;
   bool loaded_ = false, capturing_ = false;
   Capture cap_;
+  std::vector<int64_t> lengths_, offsets_;  // the resident sequences
+  dvec<float> hidden_;
+
+  int64_t resident_length(size_t s) const {
+    if (s >= lengths_.size()) throw Error(ErrorKind::Internal, "device layer pass: no resident sequence " + std::to_string(s));
+    return lengths_[s];
+  }
 };
 
 }  // namespace

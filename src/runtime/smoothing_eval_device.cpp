@@ -138,19 +138,18 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
     };
     switch (block) {
       case rt::SmoothingBlock::Attention:
+      case rt::SmoothingBlock::Layer: {
+        // Per sequence from its inputs: the attention block, or the whole layer.
+        const bool whole = block == rt::SmoothingBlock::Layer;
+        const float* want = raw(whole ? layer_out_ : attn_out_);
         for_each_pass([&](int64_t at, int64_t m, int64_t pos0) {
           engine_.set_x_device(raw(x_in_) + at * h, m);
-          engine_.attention_block(layer_, m, pos0, nullptr);
-          add(engine_.y(), raw(attn_out_) + at * h, m);
+          if (whole) engine_.layer(layer_, m, pos0, nullptr);
+          else engine_.attention_block(layer_, m, pos0, nullptr);
+          add(whole ? engine_.x() : engine_.y(), want + at * h, m);
         });
         break;
-      case rt::SmoothingBlock::Layer:
-        for_each_pass([&](int64_t at, int64_t m, int64_t pos0) {
-          engine_.set_x_device(raw(x_in_) + at * h, m);
-          engine_.layer(layer_, m, pos0, nullptr);
-          add(engine_.x(), raw(layer_out_) + at * h, m);
-        });
-        break;
+      }
       case rt::SmoothingBlock::Mlp:
         for_each_chunk([&](int64_t at, int64_t m) {
           engine_.set_xn_device(raw(mlp_in_) + at * h, m);
@@ -159,17 +158,19 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
         });
         break;
       case rt::SmoothingBlock::O:
+      case rt::SmoothingBlock::Down: {
+        // One Linear on the reference's input: o_proj (attention output) or down_proj (MLP output).
+        const bool o = block == rt::SmoothingBlock::O;
+        DeviceLinear& lin = layer_.lin[o ? 3 : 6];
+        const int64_t cols = o ? qd : ff;
+        const float* in = raw(o ? o_in_ : down_in_);
+        const float* want = raw(o ? attn_out_ : mlp_out_);
         for_each_chunk([&](int64_t at, int64_t m) {
-          engine_.linear(layer_.lin[3], raw(o_in_) + at * qd, m, raw(out_));
-          add(raw(out_), raw(attn_out_) + at * h, m);
+          engine_.linear(lin, in + at * cols, m, raw(out_));
+          add(raw(out_), want + at * h, m);
         });
         break;
-      case rt::SmoothingBlock::Down:
-        for_each_chunk([&](int64_t at, int64_t m) {
-          engine_.linear(layer_.lin[6], raw(down_in_) + at * ff, m, raw(out_));
-          add(raw(out_), raw(mlp_out_) + at * h, m);
-        });
-        break;
+      }
     }
     return n_ > 0 ? total / static_cast<double>(n_ * h) : 0.0;
   }
