@@ -10,17 +10,22 @@ namespace qf::rt {
 
 namespace {
 
-// Device bytes of one Linear as the decoder stores it (decoder_device.cpp):
-// f16/bf16 stay 2 bytes a weight, every other form is decoded to f32.
+// Device bytes of one Linear as the decoder stores it (layer_engine_device.h's
+// upload_linear): GGUF blocks and packed integers as they are, f16/bf16 at 2
+// bytes a weight, every other form decoded to f32.
 uint64_t stored_bytes(const Linear& l) {
   const std::string f = l.format();
-  const uint64_t per = f == "f16" || f == "bf16" ? 2 : 4;
-  return static_cast<uint64_t>(l.out_features() * l.in_features()) * per + l.bias_values().size() * 4;
+  const uint64_t weights = static_cast<uint64_t>(l.out_features() * l.in_features());
+  const uint64_t w = l.device_form().kind != DeviceWeightForm::Kind::None ? l.weight_bytes()
+                     : f == "f16" || f == "bf16"                        ? weights * 2
+                                                                        : weights * 4;
+  return w + l.bias_values().size() * 4;
 }
 
+// Whether the decoder widens the Linear into its f32 scratch matrix before each GEMM.
 bool widened(const Linear& l) {
   const std::string f = l.format();
-  return f == "f16" || f == "bf16";
+  return l.device_form().kind != DeviceWeightForm::Kind::None || f == "f16" || f == "bf16";
 }
 
 }  // namespace

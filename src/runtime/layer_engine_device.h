@@ -16,7 +16,9 @@
 #include "core/f16.h"
 #include "device/blas.h"
 #include "device/exec.h"
+#include "formats/gguf/gguf.h"
 #include "quantizers/device_quantizers.h"
+#include "quantizers/kquant_blocks.h"
 #include "runtime/attention_device.h"
 #include "runtime/device_runtime.h"
 #include "runtime/model.h"
@@ -121,33 +123,122 @@ struct SumOf {
   QF_HD float operator()(float a, float b) const { return a + b; }
 };
 
-enum class Store { F32, F16, Bf16 };
+// Decodes ggml blocks into the f32 scratch matrix: one index per block.
+struct WidenBlocks {
+  const uint8_t* data;
+  float* dst;
+  uint32_t type;
+  int64_t row_bytes, blocks_per_row, block_elems, type_size, cols;
+  QF_HD void operator()(int64_t idx) const {
+    namespace kq = kquants;
+    const int64_t r = idx / blocks_per_row, b = idx % blocks_per_row;
+    const uint8_t* p = data + r * row_bytes + b * type_size;
+    float* y = dst + r * cols + b * block_elems;
+    switch (type) {
+      case ggml_type::Q4_0: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ4_0*>(p), y); break;
+      case ggml_type::Q4_1: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ4_1*>(p), y); break;
+      case ggml_type::Q5_0: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ5_0*>(p), y); break;
+      case ggml_type::Q5_1: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ5_1*>(p), y); break;
+      case ggml_type::Q8_0: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ8_0*>(p), y); break;
+      case ggml_type::Q2_K: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ2_K*>(p), y); break;
+      case ggml_type::Q3_K: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ3_K*>(p), y); break;
+      case ggml_type::Q4_K: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ4_K*>(p), y); break;
+      case ggml_type::Q5_K: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ5_K*>(p), y); break;
+      case ggml_type::Q6_K: kq::dequantize_block(*reinterpret_cast<const kq::BlockQ6_K*>(p), y); break;
+      default: break;  // upload_linear keeps other types as f32
+    }
+  }
+};
+// The ggml types WidenBlocks decodes.
+inline bool device_decodes(uint32_t type) {
+  switch (type) {
+    case ggml_type::Q4_0: case ggml_type::Q4_1: case ggml_type::Q5_0: case ggml_type::Q5_1: case ggml_type::Q8_0:
+    case ggml_type::Q2_K: case ggml_type::Q3_K: case ggml_type::Q4_K: case ggml_type::Q5_K: case ggml_type::Q6_K:
+      return true;
+    default: return false;
+  }
+}
 
-// One Linear on the device.
+// Decodes pack-quantized integer rows into the f32 scratch matrix: one index
+// per weight, (code - zero) * scale as PackedLinear::decode_row computes it.
+struct WidenPacked {
+  const uint32_t* packed;
+  const float* scales;
+  const int32_t* zeros;
+  const int32_t* g_idx;  // nullptr: column / group_size
+  float* dst;
+  int bits;
+  int strategy;  // 0 group, 1 channel, 2 tensor
+  int64_t group_size, groups, words_per_row, cols;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t r = idx / cols, c = idx % cols;
+    const uint32_t* w = packed + r * words_per_row;
+    const uint64_t bit = static_cast<uint64_t>(c) * static_cast<uint64_t>(bits);
+    uint32_t v = w[bit / 32] >> (bit % 32);
+    if (bit % 32 + static_cast<uint64_t>(bits) > 32) v |= w[bit / 32 + 1] << (32 - bit % 32);
+    v &= (1u << bits) - 1u;
+    const int64_t pbase = strategy == 2 ? 0 : r * groups;
+    const int64_t g = strategy != 0 ? 0 : g_idx ? g_idx[c] : c / group_size;
+    dst[idx] = static_cast<float>(static_cast<int32_t>(v) - zeros[pbase + g]) * scales[pbase + g];
+  }
+};
+
+enum class Store { F32, F16, Bf16, Blocks, Packed };
+
+// One Linear on the device, in the form it is kept there.
 struct DeviceLinear {
   int64_t out = 0, in = 0;
   Store store = Store::F32;
   dvec<float> w32;      // Store::F32
   dvec<uint16_t> w16;   // Store::F16 / Bf16
+  dvec<uint8_t> blocks;  // Store::Blocks
+  uint32_t ggml = 0;
+  int64_t row_bytes = 0, block_elems = 0, type_size = 0;
+  dvec<uint32_t> packed;  // Store::Packed
+  dvec<float> scales;
+  dvec<int32_t> zeros, g_idx;
+  int bits = 0, strategy = 0;
+  int64_t group_size = 0, groups = 0, words_per_row = 0;
   dvec<float> bias;     // empty: none
   const ActQuantParams* act = nullptr;  // the Linear's input quantizer (owned by the model)
   std::string name;
 
-  uint64_t bytes() const { return static_cast<uint64_t>(out * in) * (store == Store::F32 ? 4 : 2) + bias.size() * 4; }
+  uint64_t bytes() const {
+    const uint64_t w = store == Store::F32                           ? static_cast<uint64_t>(out * in) * 4
+                       : store == Store::F16 || store == Store::Bf16 ? static_cast<uint64_t>(out * in) * 2
+                       : store == Store::Blocks                      ? blocks.size()
+                                                                     : (packed.size() + scales.size() + zeros.size() + g_idx.size()) * 4;
+    return w + bias.size() * 4;
+  }
 };
 
 inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) {
   DeviceLinear d;
   d.out = l.out_features(), d.in = l.in_features(), d.name = name, d.act = l.input_quantizer();
+  const rt::DeviceWeightForm form = l.device_form();
   const std::string f = l.format();
-  std::vector<float> w = l.decode_all();
-  // f16 and bf16 weights decode exactly, so narrowing them back is exact too.
-  if (f == "f16" || f == "bf16") {
+  if (form.kind == rt::DeviceWeightForm::Kind::GgufBlocks && device_decodes(form.ggml_type)) {
+    const GgmlTypeInfo* info = ggml_type_info(form.ggml_type);
+    d.store = Store::Blocks, d.ggml = form.ggml_type;
+    d.row_bytes = static_cast<int64_t>(form.row_bytes), d.block_elems = info->block_size, d.type_size = info->type_size;
+    d.blocks = upload(form.blocks, d.row_bytes * d.out);
+  } else if (form.kind == rt::DeviceWeightForm::Kind::PackedInt) {
+    d.store = Store::Packed, d.bits = form.bits;
+    d.strategy = form.strategy == QuantStrategy::Group ? 0 : form.strategy == QuantStrategy::Channel ? 1 : 2;
+    d.group_size = form.group_size, d.groups = form.groups, d.words_per_row = form.words_per_row;
+    d.packed = upload(form.packed, form.words_per_row * d.out);
+    d.scales = upload(form.scales, static_cast<int64_t>(form.n_scales));
+    d.zeros = upload(form.zeros, static_cast<int64_t>(form.n_scales));
+    if (form.g_idx) d.g_idx = upload(form.g_idx, d.in);
+  } else if (f == "f16" || f == "bf16") {
+    // f16 and bf16 weights decode exactly, so narrowing them back is exact too.
+    const std::vector<float> w = l.decode_all();
     d.store = f == "f16" ? Store::F16 : Store::Bf16;
     std::vector<uint16_t> h(w.size());
     for (size_t i = 0; i < w.size(); ++i) h[i] = f == "f16" ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
     d.w16 = upload(h.data(), static_cast<int64_t>(h.size()));
   } else {
+    const std::vector<float> w = l.decode_all();
     d.w32 = upload(w.data(), static_cast<int64_t>(w.size()));
   }
   const std::vector<float> b = l.bias_values();
@@ -301,9 +392,24 @@ class LayerEngine {
     }
     const float* W = raw(l.w32);
     if (l.store != Store::F32) {
-      if (l.store == Store::F16) for_each_index(l.out * l.in, WidenF16{raw(l.w16), raw(scratch_w_)});
-      else for_each_index(l.out * l.in, WidenBf16{raw(l.w16), raw(scratch_w_)});
-      W = raw(scratch_w_);
+      float* dst = raw(scratch_w_);
+      switch (l.store) {
+        case Store::F16: for_each_index(l.out * l.in, WidenF16{raw(l.w16), dst}); break;
+        case Store::Bf16: for_each_index(l.out * l.in, WidenBf16{raw(l.w16), dst}); break;
+        case Store::Blocks: {
+          const int64_t per_row = l.in / l.block_elems;
+          for_each_index(l.out * per_row, WidenBlocks{raw(l.blocks), dst, l.ggml, l.row_bytes, per_row, l.block_elems,
+                                                      l.type_size, l.in});
+          break;
+        }
+        case Store::Packed:
+          for_each_index(l.out * l.in, WidenPacked{raw(l.packed), raw(l.scales), raw(l.zeros),
+                                                   l.g_idx.empty() ? nullptr : raw(l.g_idx), dst, l.bits, l.strategy,
+                                                   l.group_size, l.groups, l.words_per_row, l.in});
+          break;
+        case Store::F32: break;
+      }
+      W = dst;
     }
     blas_.gemm(Op::T, Op::N, l.out, n, l.in, 1.0f, W, l.in, x, l.in, 0.0f, y, l.out);
     if (!l.bias.empty()) for_each_index(n * l.out, AddBias{y, raw(l.bias), l.out});

@@ -21,6 +21,31 @@
 
 namespace qf::rt {
 
+// A stored weight form a device can keep as it is and decode itself into a
+// scratch matrix before each GEMM (runtime/device_runtime.h), pointing into
+// the Linear's own storage (valid while the Linear lives).
+struct DeviceWeightForm {
+  enum class Kind { None, GgufBlocks, PackedInt };
+  Kind kind = Kind::None;
+  // GgufBlocks: each row is row_bytes bytes of ggml blocks of `ggml_type`.
+  uint32_t ggml_type = 0;
+  const uint8_t* blocks = nullptr;
+  size_t row_bytes = 0;
+  // PackedInt: compressed-tensors' pack-quantized rows (codes of `bits`
+  // bits, LSB first, words_per_row 32-bit words a row); value =
+  // (code - zero) * scale of the element's group (strategy Group: column
+  // c / group_size, or g_idx[c] when g_idx is given; Channel: one group per
+  // row; Tensor: one for all).
+  int bits = 0;
+  QuantStrategy strategy = QuantStrategy::Group;
+  int64_t group_size = 0, groups = 0, words_per_row = 0;
+  const uint32_t* packed = nullptr;
+  const float* scales = nullptr;
+  const int32_t* zeros = nullptr;
+  const int32_t* g_idx = nullptr;
+  size_t n_scales = 0;
+};
+
 class Linear {
  public:
   virtual ~Linear() = default;
@@ -50,6 +75,9 @@ class Linear {
   // The quantizer forward() applies to its input before the product (W8A8,
   // FP8 or NVFP4 activations); nullptr when the activations stay f32.
   virtual const ActQuantParams* input_quantizer() const { return nullptr; }
+
+  // The weight in a form a device decodes itself (Kind::None: only decode_all).
+  virtual DeviceWeightForm device_form() const { return {}; }
 
  protected:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}

@@ -88,6 +88,12 @@ class BlockLinear final : public Linear {
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(row_bytes_) * static_cast<uint64_t>(out_); }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return ggml_type_info(type_)->name; }
+  DeviceWeightForm device_form() const override {
+    DeviceWeightForm f;
+    f.kind = DeviceWeightForm::Kind::GgufBlocks;
+    f.ggml_type = type_, f.blocks = data_, f.row_bytes = row_bytes_;
+    return f;
+  }
 
  private:
   uint32_t type_, act_type_;

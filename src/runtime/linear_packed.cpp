@@ -62,6 +62,15 @@ class PackedLinear final : public Linear {
   }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return format_; }
+  DeviceWeightForm device_form() const override {
+    DeviceWeightForm f;
+    f.kind = DeviceWeightForm::Kind::PackedInt;
+    f.bits = bits_, f.strategy = strategy_, f.group_size = group_size_, f.groups = groups_, f.words_per_row = words_;
+    f.packed = packed_.data(), f.scales = scales_.data(), f.zeros = zeros_.data();
+    f.g_idx = g_idx_.empty() ? nullptr : g_idx_.data();
+    f.n_scales = scales_.size();
+    return f;
+  }
 
  private:
   int bits_;

@@ -163,6 +163,7 @@ class QuantizedLinear final : public Linear {
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return scheme_.describe() + (act_ ? " / " + act_->scheme.describe() : ""); }
   const ActQuantParams* input_quantizer() const override { return act_ ? &*act_ : nullptr; }
+  DeviceWeightForm device_form() const override { return kind_ == Kind::IntDecode ? inner_->device_form() : DeviceWeightForm{}; }
 
  private:
   void forward_int8(const float* x, int64_t n, float* y, ThreadPool& pool) const {

@@ -159,6 +159,18 @@ for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "read_bandwidth_bytes_p
     assert math.isfinite(j[k]) and j[k] > 0, (k, j[k])
 assert j["kv_bytes_used"] == 20 * j["kv_bytes_per_token"], j
 PYEOF
+# Quantized weights stay in their stored form on the device (GGUF blocks and
+# packed integers are decoded there before each GEMM): a decode step reads
+# about what the CPU runtime reads, not 4 bytes a weight.
+for d in cpu host; do
+  "$QF" -q bench "$WORK/q4km.gguf" -p 8 -n 1 --device $d --json "$WORK/bq-$d.json" >/dev/null 2>&1 || fail "bench q4km on $d"
+done
+$PY - "$WORK/bq-cpu.json" "$WORK/bq-host.json" <<'PYEOF' && ok "Q4_K_M stays in blocks on the device" || fail "device weight bytes"
+import json, sys
+c, h = (json.load(open(p))["weight_bytes_per_step"] for p in sys.argv[1:3])
+print(f"  weight bytes per step: cpu {c}, host {h}")
+assert 0.9 * c <= h <= 1.1 * c, (c, h)
+PYEOF
 expect_exit 4 "f16 KV cache; --kv-dtype f8 runs on the CPU only for now" \
   -- "$QF" eval "$fx" --text "$text" --device host --kv-dtype f8
 expect_exit 4 "one sequence; --batch above 1 runs on the CPU only for now" -- "$QF" bench "$fx" -p 8 -n 2 --batch 2 --device host
