@@ -246,7 +246,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
         const FakeQuantFn fq = [&](const std::string& name, const float* w, int64_t rows, int64_t cols) {
           auto it = plan.awq_linears.find(name);
           if (it == plan.awq_linears.end()) return std::vector<float>();
-          return round_to_nearest(w, rows, cols, it->second).dequantize();
+          return round_to_nearest(w, rows, cols, it->second, -1, job.device).dequantize();
         };
         for (const auto& line : awq_layer(*model, li, lc, fq, o, pool).lines) log(line);
       }

@@ -310,10 +310,17 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
 // AutoAWQ's _compute_best_clip for one Linear: the per-(row, group) clamp
 // max_val = amax * (1 - i / n_grid) minimising the mean over the sampled
 // tokens of the squared change of the group's partial dot product.
-bool clip_linear(std::shared_ptr<rt::Linear>& lin, const std::string& name, const std::vector<float>& xs,
-                 const FakeQuantFn& fake_quant, const AwqOptions& o, ThreadPool& pool, double* mean_shrink) {
+// The squared partial products' means err[r * ng + k] of a weight change
+// d [rows, cols] over the sampled tokens, computed elsewhere (the device).
+using ClipErrFn = std::function<std::vector<double>(const std::vector<float>& d)>;
+
+// xs: the sampled tokens' input rows [T, cols] for the CPU; with `device_err`
+// they stay where device_err reads them and T is given.
+bool clip_linear(std::shared_ptr<rt::Linear>& lin, const std::string& name, const std::vector<float>& xs, int64_t T,
+                 const FakeQuantFn& fake_quant, const AwqOptions& o, ThreadPool& pool, double* mean_shrink,
+                 const ClipErrFn& device_err = {}) {
   const int64_t rows = lin->out_features(), cols = lin->in_features();
-  const int64_t T = static_cast<int64_t>(xs.size()) / cols;
+  if (!device_err) T = static_cast<int64_t>(xs.size()) / cols;
   if (T == 0) return false;
   const int64_t g = group_cols(o.group_size, cols, name), ng = cols / g;
   const std::vector<float> w = lin->decode_all();
@@ -341,6 +348,14 @@ bool clip_linear(std::shared_ptr<rt::Linear>& lin, const std::string& name, cons
     if (q.empty()) return false;  // not quantized: nothing to clip for
     if (static_cast<int64_t>(q.size()) != rows * cols)
       throw invalid_input(name, "fake quantizer returned " + std::to_string(q.size()) + " values");
+    if (device_err) {
+      std::vector<float> d(q.size());
+      for (size_t i = 0; i < d.size(); ++i) d[i] = q[i] - w[i];
+      const std::vector<double> err = device_err(d);
+      for (size_t i = 0; i < amax.size(); ++i)
+        if (err[i] < min_err[i]) min_err[i] = err[i], best_max[i] = maxv[i];
+      continue;
+    }
     pool.parallel_for(rows, 4, [&](const Chunk& ch) {
       std::vector<float> d(static_cast<size_t>(cols));
       std::vector<double> err(static_cast<size_t>(ng));
@@ -566,19 +581,16 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
   }
   if (o.apply_clip) {
     const int64_t step = std::max<int64_t>(1, cs.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
-    // The sampled inputs of the scaled layer: every step-th token's row.
-    std::vector<float> q_rows, o_rows, gate_rows, down_rows;
+    const int64_t T = (cs.n + step - 1) / step;  // tokens 0, step, 2 step, ...
+    // The sampled inputs of the scaled layer: every step-th token's row, on
+    // the CPU or kept on the device, where the clip errors are computed.
+    Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
+                step);
     if (dev) {
       dev->load(li);
       dev->run_reference();
-      q_rows = dev->rows(rt::LayerInput::Attention, step), o_rows = dev->rows(rt::LayerInput::O, step);
-      gate_rows = dev->rows(rt::LayerInput::Mlp, step), down_rows = dev->rows(rt::LayerInput::Down, step);
     } else {
-      Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
-                  step);
       run_blocks(model, li, cs, pool, &cap);
-      q_rows = std::move(cap.q.rows), o_rows = std::move(cap.o.rows);
-      gate_rows = std::move(cap.gate.rows), down_rows = std::move(cap.down.rows);
     }
     rt::LayerWeights& L = model.mutable_layer(li);
     const std::string p = layer_prefix(li);
@@ -586,15 +598,24 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
       std::shared_ptr<rt::Linear>* lin;
       std::string name;
       const std::vector<float>* in;
+      rt::LayerInput input;
     };
-    const ClipSlot slots[] = {{&L.v, p + "self_attn.v_proj", &q_rows},
-                              {&L.o, p + "self_attn.o_proj", &o_rows},
-                              {&L.gate, p + "mlp.gate_proj", &gate_rows},
-                              {&L.up, p + "mlp.up_proj", &gate_rows},
-                              {&L.down, p + "mlp.down_proj", &down_rows}};
+    const ClipSlot slots[] = {{&L.v, p + "self_attn.v_proj", &cap.q.rows, rt::LayerInput::Attention},
+                              {&L.o, p + "self_attn.o_proj", &cap.o.rows, rt::LayerInput::O},
+                              {&L.gate, p + "mlp.gate_proj", &cap.gate.rows, rt::LayerInput::Mlp},
+                              {&L.up, p + "mlp.up_proj", &cap.gate.rows, rt::LayerInput::Mlp},
+                              {&L.down, p + "mlp.down_proj", &cap.down.rows, rt::LayerInput::Down}};
     for (const ClipSlot& c : slots) {
       double shrink = 1;
-      if (clip_linear(*c.lin, c.name, *c.in, fake_quant, o, pool, &shrink))
+      ClipErrFn device_err;
+      if (dev) {
+        const rt::Linear& lin = **c.lin;
+        const int64_t rows = lin.out_features(), cols = lin.in_features(), g = group_cols(o.group_size, cols, c.name);
+        device_err = [&, rows, cols, g](const std::vector<float>& d) {
+          return dev->clip_errors(c.input, step, d.data(), rows, cols, g);
+        };
+      }
+      if (clip_linear(*c.lin, c.name, *c.in, T, fake_quant, o, pool, &shrink, device_err))
         rep.lines.push_back(c.name + fmt(": clip, mean max_val / amax %.4f", shrink));
     }
   }

@@ -68,8 +68,8 @@ struct AwqOptions {
   double clip_max_shrink = 0.5;
   int64_t clip_n_sample_tokens = 512;
   // Where the layer runs for the statistics, the scale search's candidates
-  // and the clip search's sampled inputs (runtime/device_runtime.h's
-  // DeviceSmoothingEval); the clip search itself runs on the CPU.
+  // and the clip search's errors (runtime/device_runtime.h's
+  // DeviceSmoothingEval); the search logic is the same code either way.
   device::Kind device = device::Kind::Cpu;
 };
 

@@ -138,12 +138,16 @@ class DeviceSmoothingEval {
   virtual std::vector<double> abs_sum(LayerInput input) const = 0;
   virtual std::vector<double> abs_max(LayerInput input) const = 0;
   virtual int64_t tokens() const = 0;
-  // Every step-th token's row of a Linear input of the reference run
-  // (tokens 0, step, 2 step, ...): [kept, cols].
-  virtual std::vector<float> rows(LayerInput input, int64_t step) const = 0;
   // The loaded weights' block output against the reference: the mean of
   // the squared differences over all tokens and hidden columns.
   virtual double loss(SmoothingBlock block) = 0;
+  // AWQ's clip search for one Linear reading `input`: for a weight change
+  // d [rows, cols] (host), err[r * (cols / group) + k] = the mean over the
+  // reference's sampled tokens (every step-th) of the squared partial dot
+  // product of the token's group k with d's row r, group k. The products
+  // are batched GEMMs, one batch per group.
+  virtual std::vector<double> clip_errors(LayerInput input, int64_t step, const float* d, int64_t rows, int64_t cols,
+                                          int64_t group) = 0;
 };
 
 // Device memory a smoothing evaluation over `tokens` tokens in sequences of

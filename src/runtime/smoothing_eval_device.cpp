@@ -31,6 +31,21 @@ struct SqDiffRows {
   }
 };
 
+// err[k * rows + r] = sum_t P[k][r + t * rows]^2 / T in double (P: one
+// rows x T column-major product per group k): one index per (k, r).
+struct MeanSquareOverTokens {
+  const float* P;
+  double* err;
+  int64_t rows, T;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t k = idx / rows, r = idx % rows;
+    const float* p = P + k * rows * T + r;
+    double s = 0.0;
+    for (int64_t t = 0; t < T; ++t) s += static_cast<double>(p[t * rows]) * p[t * rows];
+    err[idx] = s / static_cast<double>(T);
+  }
+};
+
 void copy_device(const float* src, int64_t n, float* dst) {
   thrust::copy(thrust::device_pointer_cast(src), thrust::device_pointer_cast(src) + n, thrust::device_pointer_cast(dst));
 }
@@ -108,21 +123,39 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
   }
   int64_t tokens() const override { return n_; }
 
-  std::vector<float> rows(rt::LayerInput input, int64_t step) const override {
+  std::vector<double> clip_errors(rt::LayerInput input, int64_t step, const float* d, int64_t rows, int64_t cols,
+                                  int64_t group) override {
     check_ready(true);
-    if (step < 1) throw invalid_input("device smoothing", "row step must be positive");
-    const int64_t cols = cols_of(input);
-    const dvec<float>& src = input == rt::LayerInput::Attention ? q_in_
-                             : input == rt::LayerInput::O       ? o_in_
-                             : input == rt::LayerInput::Mlp     ? mlp_in_
-                                                                : down_in_;
-    std::vector<float> out;
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t t = 0; t < n_; t += step) {
-      thrust::copy(src.begin() + static_cast<std::ptrdiff_t>(t * cols), src.begin() + static_cast<std::ptrdiff_t>((t + 1) * cols),
-                   row.begin());
-      out.insert(out.end(), row.begin(), row.end());
+    if (step < 1 || group <= 0 || cols % group != 0 || cols != cols_of(input))
+      throw invalid_input("device smoothing", "clip search of a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                                                  " weight in groups of " + std::to_string(group));
+    // The sampled tokens' rows, gathered once per call: [T, cols].
+    const dvec<float>& src = buffer_of(input);
+    std::vector<int64_t> idx;
+    for (int64_t t = 0; t < n_; t += step) idx.push_back(t);
+    const int64_t T = static_cast<int64_t>(idx.size()), ng = cols / group;
+    const dvec<int64_t> didx = upload(idx.data(), T);
+    dvec<float> xs(static_cast<size_t>(T * cols));
+    for_each_index(T * cols, GatherRows{raw(src), raw(didx), raw(xs), cols});
+    const dvec<float> dd = upload(d, rows * cols);
+    dvec<double> err(static_cast<size_t>(ng * rows));
+    // Groups in chunks whose products fit in 64M floats.
+    const int64_t per = std::max<int64_t>(1, std::min<int64_t>(ng, (int64_t{1} << 26) / std::max<int64_t>(1, rows * T)));
+    dvec<float> P(static_cast<size_t>(per * rows * T));
+    for (int64_t k0 = 0; k0 < ng; k0 += per) {
+      const int64_t nk = std::min(per, ng - k0);
+      // P_k (rows x T) = D_k (rows x group) X_k^T: D_k is op T of the
+      // column-major group x rows view of d's columns k*group.., X_k the
+      // group x T view of the sampled rows.
+      engine_.blas().gemm_strided_batched(Op::T, Op::N, rows, T, group, 1.0f, raw(dd) + k0 * group, cols, group,
+                                          raw(xs) + k0 * group, cols, group, 0.0f, raw(P), rows, rows * T, nk);
+      for_each_index(nk * rows, MeanSquareOverTokens{raw(P), raw(err) + k0 * rows, rows, T});
     }
+    // To [r * ng + k].
+    const std::vector<double> byk = download(err);
+    std::vector<double> out(byk.size());
+    for (int64_t k = 0; k < ng; ++k)
+      for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r * ng + k)] = byk[static_cast<size_t>(k * rows + r)];
     return out;
   }
 
@@ -176,6 +209,14 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
   }
 
  private:
+  // The reference run's rows of a Linear input.
+  const dvec<float>& buffer_of(rt::LayerInput input) const {
+    return input == rt::LayerInput::Attention ? q_in_
+           : input == rt::LayerInput::O       ? o_in_
+           : input == rt::LayerInput::Mlp     ? mlp_in_
+                                              : down_in_;
+  }
+
   int64_t cols_of(rt::LayerInput input) const {
     return input == rt::LayerInput::O ? c_.q_dim() : input == rt::LayerInput::Down ? c_.intermediate_size : c_.hidden_size;
   }
