@@ -26,10 +26,10 @@ enum class LayerInput { Attention = 0, O = 1, Mlp = 2, Down = 3 };
 // A model's decoder layers run on a device for one sequence at a time, the
 // way eval and bench use the runtime:
 //   - the weights are uploaded once, in their stored form where the device
-//     decodes it (Linear::device_form: GGUF blocks, packed integers; f16 and
-//     bf16 at 2 bytes a weight), decoded into an f32 scratch matrix before
-//     each GEMM; FP8 and NVFP4 are decoded to f32 at upload by the Linear's
-//     own decode (dequantize, then GEMM). A Linear that
+//     decodes it (Linear::device_form: GGUF blocks, packed integers, FP8,
+//     NVFP4; f16 and bf16 at 2 bytes a weight), decoded into an f32 scratch
+//     matrix before each GEMM; the int8 W8A8 form is decoded to f32 at
+//     upload by the Linear's own decode (dequantize, then GEMM). A Linear that
 //     quantizes its input (W8A8, FP8 or NVFP4 activations) gets it quantized
 //     by the CPU's quantize_activations, exactly as the CPU runtime does;
 //   - the K/V cache holds f32 values rounded to f16 (the CPU runtime's f16

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/e2m1.h"
 #include "core/error.h"
 #include "core/f16.h"
+#include "core/f8_e4m3.h"
 #include "device/blas.h"
 #include "device/exec.h"
 #include "formats/gguf/gguf.h"
@@ -183,7 +185,36 @@ struct WidenPacked {
   }
 };
 
-enum class Store { F32, F16, Bf16, Blocks, Packed };
+// Decodes FP8 E4M3 weights into the f32 scratch matrix: one index per weight.
+struct WidenFp8 {
+  const uint8_t* codes;
+  const float* scales;
+  float* dst;
+  int strategy;  // 0 group, 1 channel, 2 tensor
+  int64_t group_size, groups, cols;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t r = idx / cols, c = idx % cols;
+    const int64_t p = strategy == 2 ? 0 : strategy == 1 ? r : r * groups + c / group_size;
+    dst[idx] = f8e4m3_to_f32(codes[idx]) * scales[p];
+  }
+};
+
+// Decodes NVFP4 weights (e2m1 nibbles, E4M3 block scales over a global
+// scale) into the f32 scratch matrix: one index per weight.
+struct WidenNvfp4 {
+  const uint8_t* codes;
+  const uint8_t* block_scales;
+  float* dst;
+  float global;
+  int64_t group_size, groups, cols;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t r = idx / cols, c = idx % cols;
+    const float eff = f8e4m3_to_f32(block_scales[r * groups + c / group_size]) / global;
+    dst[idx] = e2m1_to_f32(static_cast<uint8_t>((codes[idx / 2] >> (4 * (idx & 1))) & 15u)) * eff;
+  }
+};
+
+enum class Store { F32, F16, Bf16, Blocks, Packed, Fp8, Nvfp4 };
 
 // One Linear on the device, in the form it is kept there.
 struct DeviceLinear {
@@ -199,6 +230,8 @@ struct DeviceLinear {
   dvec<int32_t> zeros, g_idx;
   int bits = 0, strategy = 0;
   int64_t group_size = 0, groups = 0, words_per_row = 0;
+  dvec<uint8_t> block_scales;  // Store::Nvfp4 (codes in `blocks`; Fp8: codes in `blocks`, scales in `scales`)
+  float global = 0;
   dvec<float> bias;     // empty: none
   const ActQuantParams* act = nullptr;  // the Linear's input quantizer (owned by the model)
   std::string name;
@@ -207,6 +240,8 @@ struct DeviceLinear {
     const uint64_t w = store == Store::F32                           ? static_cast<uint64_t>(out * in) * 4
                        : store == Store::F16 || store == Store::Bf16 ? static_cast<uint64_t>(out * in) * 2
                        : store == Store::Blocks                      ? blocks.size()
+                       : store == Store::Fp8                         ? blocks.size() + scales.size() * 4
+                       : store == Store::Nvfp4                       ? blocks.size() + block_scales.size() + 4
                                                                      : (packed.size() + scales.size() + zeros.size() + g_idx.size()) * 4;
     return w + bias.size() * 4;
   }
@@ -230,6 +265,14 @@ inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) 
     d.scales = upload(form.scales, static_cast<int64_t>(form.n_scales));
     d.zeros = upload(form.zeros, static_cast<int64_t>(form.n_scales));
     if (form.g_idx) d.g_idx = upload(form.g_idx, d.in);
+  } else if (form.kind == rt::DeviceWeightForm::Kind::Fp8 || form.kind == rt::DeviceWeightForm::Kind::Nvfp4) {
+    const bool fp8 = form.kind == rt::DeviceWeightForm::Kind::Fp8;
+    d.store = fp8 ? Store::Fp8 : Store::Nvfp4;
+    d.strategy = form.strategy == QuantStrategy::Group ? 0 : form.strategy == QuantStrategy::Channel ? 1 : 2;
+    d.group_size = form.group_size, d.groups = form.groups;
+    d.blocks = upload(form.blocks, static_cast<int64_t>(form.n_codes));
+    if (fp8) d.scales = upload(form.scales, static_cast<int64_t>(form.n_scales));
+    else d.block_scales = upload(form.block_scales, static_cast<int64_t>(form.n_scales)), d.global = form.global_scale;
   } else if (f == "f16" || f == "bf16") {
     // f16 and bf16 weights decode exactly, so narrowing them back is exact too.
     const std::vector<float> w = l.decode_all();
@@ -406,6 +449,13 @@ class LayerEngine {
           for_each_index(l.out * l.in, WidenPacked{raw(l.packed), raw(l.scales), raw(l.zeros),
                                                    l.g_idx.empty() ? nullptr : raw(l.g_idx), dst, l.bits, l.strategy,
                                                    l.group_size, l.groups, l.words_per_row, l.in});
+          break;
+        case Store::Fp8:
+          for_each_index(l.out * l.in, WidenFp8{raw(l.blocks), raw(l.scales), dst, l.strategy, l.group_size, l.groups, l.in});
+          break;
+        case Store::Nvfp4:
+          for_each_index(l.out * l.in, WidenNvfp4{raw(l.blocks), raw(l.block_scales), dst, l.global, l.group_size,
+                                                  l.groups, l.in});
           break;
         case Store::F32: break;
       }

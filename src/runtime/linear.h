@@ -25,7 +25,7 @@ namespace qf::rt {
 // scratch matrix before each GEMM (runtime/device_runtime.h), pointing into
 // the Linear's own storage (valid while the Linear lives).
 struct DeviceWeightForm {
-  enum class Kind { None, GgufBlocks, PackedInt };
+  enum class Kind { None, GgufBlocks, PackedInt, Fp8, Nvfp4 };
   Kind kind = Kind::None;
   // GgufBlocks: each row is row_bytes bytes of ggml blocks of `ggml_type`.
   uint32_t ggml_type = 0;
@@ -44,6 +44,14 @@ struct DeviceWeightForm {
   const int32_t* zeros = nullptr;
   const int32_t* g_idx = nullptr;
   size_t n_scales = 0;
+  // Fp8: one E4M3 code a weight in `blocks` (row-major), value = code *
+  // scales[the weight's group, row or 0 as `strategy` says].
+  // Nvfp4: two e2m1 codes a byte in `blocks` (element order, low nibble
+  // first), value = code * e4m3(block_scales[row * groups + c / group_size])
+  // / global_scale.
+  const uint8_t* block_scales = nullptr;
+  float global_scale = 0;
+  size_t n_codes = 0;
 };
 
 class Linear {

@@ -163,7 +163,24 @@ class QuantizedLinear final : public Linear {
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return scheme_.describe() + (act_ ? " / " + act_->scheme.describe() : ""); }
   const ActQuantParams* input_quantizer() const override { return act_ ? &*act_ : nullptr; }
-  DeviceWeightForm device_form() const override { return kind_ == Kind::IntDecode ? inner_->device_form() : DeviceWeightForm{}; }
+  DeviceWeightForm device_form() const override {
+    DeviceWeightForm f;
+    switch (kind_) {
+      case Kind::IntDecode: return inner_->device_form();
+      case Kind::Int8Gemm: return f;  // decoded to f32 on the device
+      case Kind::Fp8:
+        f.kind = DeviceWeightForm::Kind::Fp8;
+        f.scales = scales_.data(), f.n_scales = scales_.size();
+        break;
+      case Kind::Nvfp4:
+        f.kind = DeviceWeightForm::Kind::Nvfp4;
+        f.block_scales = block_scales_.data(), f.n_scales = block_scales_.size(), f.global_scale = global_;
+        break;
+    }
+    f.blocks = codes_.data(), f.n_codes = codes_.size();
+    f.strategy = scheme_.strategy, f.group_size = scheme_.group_size, f.groups = groups_;
+    return f;
+  }
 
  private:
   void forward_int8(const float* x, int64_t n, float* y, ThreadPool& pool) const {
