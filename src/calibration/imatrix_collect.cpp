@@ -87,15 +87,8 @@ Imatrix device_imatrix(const rt::Model& model, const Tokenizer& tok, const std::
     m.entries.emplace(name, std::move(e));
   };
   for (int64_t li = 0; li < model.config().num_hidden_layers; ++li)
-    for (const rt::LayerLinear& ll : rt::kLayerLinears) {
-      using S = rt::LinearObserver;
-      const S::Slot in = S::input_of(ll.slot);
-      const rt::LayerInput input = in == S::Q ? rt::LayerInput::Attention
-                                   : in == S::O ? rt::LayerInput::O
-                                   : in == S::Gate ? rt::LayerInput::Mlp
-                                                   : rt::LayerInput::Down;
-      add(entry_name(li, ll.slot), dev->square_sums(li, input), dev->square_sum_tokens(li));
-    }
+    for (const rt::LayerLinear& ll : rt::kLayerLinears)
+      add(entry_name(li, ll.slot), dev->square_sums(li, rt::layer_input_of(ll.slot)), dev->square_sum_tokens(li));
   if (o.process_output) add(entry_name(-1, rt::LinearObserver::LmHead), dev->square_sums(-1, rt::LayerInput::Attention),
                             dev->square_sum_tokens(-1));
   return m;

@@ -33,9 +33,8 @@ class CaptureObserver final : public rt::LinearObserver {
   }
   // Takes the Hessians and ranges a device layer pass measured instead.
   void adopt(const rt::DeviceLayerPass& dev) {
-    static constexpr std::pair<Slot, rt::LayerInput> kInputs[] = {
-        {Q, rt::LayerInput::Attention}, {O, rt::LayerInput::O}, {Gate, rt::LayerInput::Mlp}, {Down, rt::LayerInput::Down}};
-    for (const auto& [slot, input] : kInputs) {
+    for (const Slot slot : {Q, O, Gate, Down}) {
+      const rt::LayerInput input = rt::layer_input_of(slot);
       if (h_[slot])
         h_[slot] = HessianAccumulator::from_matrix(h_[slot]->cols(), dev.captured_rows(input), dev.hessian(input));
       if (ranges_) range_[slot] = dev.range(input);

@@ -505,73 +505,71 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
                                  : m == Mapping::VToO        ? rt::LayerInput::O
                                  : m == Mapping::FfnNormToGateUp ? rt::LayerInput::Mlp
                                                                  : rt::LayerInput::Down;
+    // Statistics and module inputs of the layer as the previous mappings
+    // left it, and the inspected module's loss for a candidate: on the
+    // device (statistics and reference outputs stay there; each candidate
+    // re-uploads the Linears it changed and costs one block's forward), or
+    // on the CPU, where o_proj and down_proj are inspected alone on their
+    // inputs, kept whole.
+    std::vector<double> x_mean;
+    LossFn loss;
+    Capture cap(m == Mapping::VToO       ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::O}
+                : m == Mapping::UpToDown ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::Down}
+                                         : std::vector<rt::LinearObserver::Slot>{},
+                1);
+    LayerRun run;
+    const std::vector<float>& lin_in = m == Mapping::VToO ? cap.o.rows : cap.down.rows;
+    const rt::LayerWeights& L = model.mutable_layer(li);
     if (dev) {
-      // The layer as the previous mappings left it: statistics and the
-      // reference outputs stay on the device; each candidate re-uploads the
-      // Linears it changed and costs one block's forward there.
       dev->load(li);
       dev->run_reference();
       const std::vector<double> sum = dev->abs_sum(input);
-      std::vector<double> x_mean(sum.size());
+      x_mean.resize(sum.size());
       for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = sum[j] / static_cast<double>(dev->tokens());
       const rt::SmoothingBlock block = m == Mapping::AttnNormToQKV ? rt::SmoothingBlock::Attention
                                        : m == Mapping::VToO        ? rt::SmoothingBlock::O
                                        : m == Mapping::FfnNormToGateUp ? rt::SmoothingBlock::Mlp
                                                                        : rt::SmoothingBlock::Down;
-      const LossFn loss = [&] {
+      loss = [&, m, block] {
         for (int index : balance_indices(m)) dev->load_linear(index);
         return dev->loss(block);
       };
-      SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, loss, pool);
-      rep.lines.push_back(layer_prefix(li) + e.what +
-                          (e.ratio >= 0 ? fmt(": ratio %.2f", e.ratio) : std::string(": no scaling")) +
-                          fmt(", loss %.6g -> %.6g", e.loss_before, e.loss_after));
-      rep.entries.push_back(std::move(e));
-      continue;
-    }
-    // Statistics and module inputs of the layer as the previous mappings left it.
-    // o_proj and down_proj are inspected alone: their inputs are kept whole.
-    Capture cap(m == Mapping::VToO       ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::O}
-                : m == Mapping::UpToDown ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::Down}
-                                         : std::vector<rt::LinearObserver::Slot>{},
-                1);
-    const LayerRun run = run_blocks(model, li, cs, pool, &cap);
-    const Capture::Stat& st = m == Mapping::AttnNormToQKV     ? cap.q
-                              : m == Mapping::VToO            ? cap.o
-                              : m == Mapping::FfnNormToGateUp ? cap.gate
-                                                              : cap.down;
-    std::vector<double> x_mean(st.abs_sum.size());
-    for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = st.abs_sum[j] / static_cast<double>(st.count);
-    LossFn loss;
-    const std::vector<float>& lin_in = m == Mapping::VToO ? cap.o.rows : cap.down.rows;
-    const rt::LayerWeights& L = model.mutable_layer(li);
-    switch (m) {
-      case Mapping::AttnNormToQKV:
-        loss = [&] { return mse(run_attention(model, li, cs, pool), run.attn_out); };
-        break;
-      case Mapping::VToO:
-        loss = [&] {
-          std::vector<float> out(static_cast<size_t>(cs.n * h));
-          L.o->forward(lin_in.data(), cs.n, out.data(), pool);
-          return mse(out, run.attn_out);
-        };
-        break;
-      case Mapping::FfnNormToGateUp:
-        loss = [&] {
-          std::vector<float> out(static_cast<size_t>(cs.n * h));
-          for (size_t bi = 0; bi < cs.batches.size(); ++bi)
-            model.mlp_block(li, run.mlp_in.data() + cs.offset[bi] * h, static_cast<int64_t>(cs.batches[bi].size()),
-                            out.data() + cs.offset[bi] * h, pool);
-          return mse(out, run.mlp_out);
-        };
-        break;
-      case Mapping::UpToDown:
-        loss = [&] {
-          std::vector<float> out(static_cast<size_t>(cs.n * h));
-          L.down->forward(lin_in.data(), cs.n, out.data(), pool);
-          return mse(out, run.mlp_out);
-        };
-        break;
+    } else {
+      run = run_blocks(model, li, cs, pool, &cap);
+      const Capture::Stat& st = m == Mapping::AttnNormToQKV     ? cap.q
+                                : m == Mapping::VToO            ? cap.o
+                                : m == Mapping::FfnNormToGateUp ? cap.gate
+                                                                : cap.down;
+      x_mean.resize(st.abs_sum.size());
+      for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = st.abs_sum[j] / static_cast<double>(st.count);
+      switch (m) {
+        case Mapping::AttnNormToQKV:
+          loss = [&] { return mse(run_attention(model, li, cs, pool), run.attn_out); };
+          break;
+        case Mapping::VToO:
+          loss = [&] {
+            std::vector<float> out(static_cast<size_t>(cs.n * h));
+            L.o->forward(lin_in.data(), cs.n, out.data(), pool);
+            return mse(out, run.attn_out);
+          };
+          break;
+        case Mapping::FfnNormToGateUp:
+          loss = [&] {
+            std::vector<float> out(static_cast<size_t>(cs.n * h));
+            for (size_t bi = 0; bi < cs.batches.size(); ++bi)
+              model.mlp_block(li, run.mlp_in.data() + cs.offset[bi] * h, static_cast<int64_t>(cs.batches[bi].size()),
+                              out.data() + cs.offset[bi] * h, pool);
+            return mse(out, run.mlp_out);
+          };
+          break;
+        case Mapping::UpToDown:
+          loss = [&] {
+            std::vector<float> out(static_cast<size_t>(cs.n * h));
+            L.down->forward(lin_in.data(), cs.n, out.data(), pool);
+            return mse(out, run.mlp_out);
+          };
+          break;
+      }
     }
     SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, loss, pool);
     rep.lines.push_back(layer_prefix(li) + e.what +

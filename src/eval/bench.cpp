@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/read_rate.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device_runtime.h"
 
@@ -30,10 +31,7 @@ uint64_t peak_rss_bytes() {
 }
 
 double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes) {
-  // Whole 64-byte lines; at least 1 MiB, at most 1 GiB (beyond a few hundred
-  // MiB the rate is memory's, and the buffer must not double a big model's
-  // footprint).
-  bytes = std::clamp<uint64_t>(bytes, uint64_t{1} << 20, uint64_t{1} << 30) / 64 * 64;
+  bytes = probe_bytes(bytes);
   const size_t words = static_cast<size_t>(bytes / 8);
   std::vector<uint64_t> buf(words);
   for (size_t i = 0; i < words; ++i) buf[i] = i;  // touched: every page is resident
@@ -56,22 +54,7 @@ double measure_read_bandwidth(ThreadPool& pool, uint64_t bytes) {
       }
     });
   };
-  pass();  // warm-up: caches and the threads
-  // Best of 5 timings, each of enough passes to last about 20 ms.
-  int reps = 1;
-  for (;;) {
-    const double s0 = now_s();
-    for (int r = 0; r < reps; ++r) pass();
-    if (now_s() - s0 >= 0.02 || reps >= (1 << 20)) break;
-    reps *= 2;
-  }
-  double best = 0;
-  for (int k = 0; k < 5; ++k) {
-    const double t0 = now_s();
-    for (int r = 0; r < reps; ++r) pass();
-    const double dt = now_s() - t0;
-    if (dt > 0) best = std::max(best, static_cast<double>(bytes) * reps / dt);
-  }
+  const double best = best_read_rate(bytes, pass);
   // The sums must be used, or the loads could be dropped; they are also a check.
   uint64_t total = 0, want = 0;
   for (uint64_t v : sums) total += v;

@@ -3,10 +3,10 @@
 // runtime is the reference it is tested against), then the final norm and
 // lm_head for the rows that want logits.
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
+#include "core/read_rate.h"
 #include "runtime/layer_engine_device.h"
 
 namespace qf::QF_DEV_NS {
@@ -58,9 +58,7 @@ class Decoder final : public rt::DeviceDecoder {
     if (layer == -1) return lm_head_sums_ ? sums_of(lm_sq_, c_.hidden_size) : std::vector<double>{};
     if (layer < 0 || layer >= c_.num_hidden_layers || sums_.empty())
       throw invalid_input("device decoder", "no square sums of layer " + std::to_string(layer));
-    const int64_t cols[4] = {c_.hidden_size, c_.q_dim(), c_.hidden_size, c_.intermediate_size};
-    const int k = static_cast<int>(input);
-    return sums_of(sums_[static_cast<size_t>(layer)].sq[k], cols[k]);
+    return sums_of(sums_[static_cast<size_t>(layer)].sq[static_cast<int>(input)], input_cols(c_, input));
   }
   int64_t square_sum_tokens(int64_t layer) const override {
     if (layer == -1) return lm_sq_rows_;
@@ -142,28 +140,13 @@ std::unique_ptr<rt::DeviceDecoder> make_decoder(const rt::Model& model, int64_t 
   return std::make_unique<Decoder>(model, capacity, pass_tokens);
 }
 
-
 double read_bandwidth(uint64_t bytes) {
-  bytes = std::clamp<uint64_t>(bytes, uint64_t{1} << 20, uint64_t{1} << 30) / 64 * 64;
+  bytes = probe_bytes(bytes);
   const int64_t n = static_cast<int64_t>(bytes / 4);
   dvec<float> buf(static_cast<size_t>(n), 1.0f);
-  const auto pass = [&] { return thrust::reduce(thrust::device, buf.begin(), buf.end(), 0.0f, SumOf{}); };
-  float check = pass();  // warm-up
-  const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  int reps = 1;
-  for (;;) {
-    const double s0 = now();
-    for (int r = 0; r < reps; ++r) check += pass();
-    if (now() - s0 >= 0.02 || reps >= (1 << 20)) break;
-    reps *= 2;
-  }
-  double best = 0;
-  for (int k = 0; k < 5; ++k) {
-    const double t0 = now();
-    for (int r = 0; r < reps; ++r) check += pass();
-    const double dt = now() - t0;
-    if (dt > 0) best = std::max(best, static_cast<double>(bytes) * reps / dt);
-  }
+  float check = 0.0f;
+  const double best =
+      best_read_rate(bytes, [&] { check += thrust::reduce(thrust::device, buf.begin(), buf.end(), 0.0f, SumOf{}); });
   // The sums are used (and checked), so no pass can be dropped.
   if (!(check > 0.0f)) throw Error(ErrorKind::Internal, "device read bandwidth: the buffer's sum is wrong");
   return best;

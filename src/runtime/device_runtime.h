@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "device/device.h"
+#include "runtime/model.h"
 
 namespace qf::rt {
-
-class Model;
 
 // Most tokens one pass through a layer holds at once: longer inputs run in
 // pieces of this many (continuing the cache), bounding the activations.
@@ -22,6 +21,16 @@ constexpr int64_t kDevicePassTokens = 512;
 // The four distinct Linear inputs of a decoder layer: the normed input of
 // q/k/v, o_proj's, the normed input of gate/up, down_proj's.
 enum class LayerInput { Attention = 0, O = 1, Mlp = 2, Down = 3 };
+
+// The input a layer Linear's observer slot reads (K, V: q's; Up: gate's).
+constexpr LayerInput layer_input_of(LinearObserver::Slot slot) {
+  switch (LinearObserver::input_of(slot)) {
+    case LinearObserver::O: return LayerInput::O;
+    case LinearObserver::Gate: return LayerInput::Mlp;
+    case LinearObserver::Down: return LayerInput::Down;
+    default: return LayerInput::Attention;
+  }
+}
 
 // A model's decoder layers run on a device for one sequence at a time, the
 // way eval and bench use the runtime:

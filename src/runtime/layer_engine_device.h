@@ -216,6 +216,18 @@ struct WidenNvfp4 {
 
 enum class Store { F32, F16, Bf16, Blocks, Packed, Fp8, Nvfp4 };
 
+// The width of a layer's Linear input: hidden, q_dim (o_proj's), hidden,
+// intermediate (down_proj's).
+inline int64_t input_cols(const ModelConfig& c, rt::LayerInput input) {
+  switch (input) {
+    case rt::LayerInput::O: return c.q_dim();
+    case rt::LayerInput::Down: return c.intermediate_size;
+    case rt::LayerInput::Attention:
+    case rt::LayerInput::Mlp: break;
+  }
+  return c.hidden_size;
+}
+
 // One Linear on the device, in the form it is kept there.
 struct DeviceLinear {
   int64_t out = 0, in = 0;
@@ -252,14 +264,15 @@ inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) 
   d.out = l.out_features(), d.in = l.in_features(), d.name = name, d.act = l.input_quantizer();
   const rt::DeviceWeightForm form = l.device_form();
   const std::string f = l.format();
+  // The functors' strategy code: 0 group, 1 channel, 2 tensor.
+  const int strategy = form.strategy == QuantStrategy::Group ? 0 : form.strategy == QuantStrategy::Channel ? 1 : 2;
   if (form.kind == rt::DeviceWeightForm::Kind::GgufBlocks && device_decodes(form.ggml_type)) {
     const GgmlTypeInfo* info = ggml_type_info(form.ggml_type);
     d.store = Store::Blocks, d.ggml = form.ggml_type;
     d.row_bytes = static_cast<int64_t>(form.row_bytes), d.block_elems = info->block_size, d.type_size = info->type_size;
     d.blocks = upload(form.blocks, d.row_bytes * d.out);
   } else if (form.kind == rt::DeviceWeightForm::Kind::PackedInt) {
-    d.store = Store::Packed, d.bits = form.bits;
-    d.strategy = form.strategy == QuantStrategy::Group ? 0 : form.strategy == QuantStrategy::Channel ? 1 : 2;
+    d.store = Store::Packed, d.bits = form.bits, d.strategy = strategy;
     d.group_size = form.group_size, d.groups = form.groups, d.words_per_row = form.words_per_row;
     d.packed = upload(form.packed, form.words_per_row * d.out);
     d.scales = upload(form.scales, static_cast<int64_t>(form.n_scales));
@@ -267,8 +280,7 @@ inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) 
     if (form.g_idx) d.g_idx = upload(form.g_idx, d.in);
   } else if (form.kind == rt::DeviceWeightForm::Kind::Fp8 || form.kind == rt::DeviceWeightForm::Kind::Nvfp4) {
     const bool fp8 = form.kind == rt::DeviceWeightForm::Kind::Fp8;
-    d.store = fp8 ? Store::Fp8 : Store::Nvfp4;
-    d.strategy = form.strategy == QuantStrategy::Group ? 0 : form.strategy == QuantStrategy::Channel ? 1 : 2;
+    d.store = fp8 ? Store::Fp8 : Store::Nvfp4, d.strategy = strategy;
     d.group_size = form.group_size, d.groups = form.groups;
     d.blocks = upload(form.blocks, static_cast<int64_t>(form.n_codes));
     if (fp8) d.scales = upload(form.scales, static_cast<int64_t>(form.n_scales));

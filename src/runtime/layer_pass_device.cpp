@@ -30,9 +30,8 @@ class LayerPass final : public rt::DeviceLayerPass {
   void begin_capture(const rt::LayerCapture& what) override {
     cap_ = Capture{};
     cap_.what = what;
-    const int64_t cols[4] = {c_.hidden_size, c_.q_dim(), c_.hidden_size, c_.intermediate_size};
     if (what.hessians)
-      for (int i = 0; i < 4; ++i) cap_.h[i] = std::make_unique<HessianSum>(cols[i]);
+      for (int i = 0; i < 4; ++i) cap_.h[i] = std::make_unique<HessianSum>(input_cols(c_, static_cast<rt::LayerInput>(i)));
     capturing_ = true;
   }
   void end_capture() override { capturing_ = false; }

@@ -126,7 +126,7 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
   std::vector<double> clip_errors(rt::LayerInput input, int64_t step, const float* d, int64_t rows, int64_t cols,
                                   int64_t group) override {
     check_ready(true);
-    if (step < 1 || group <= 0 || cols % group != 0 || cols != cols_of(input))
+    if (step < 1 || group <= 0 || cols % group != 0 || cols != input_cols(c_, input))
       throw invalid_input("device smoothing", "clip search of a " + std::to_string(rows) + " x " + std::to_string(cols) +
                                                   " weight in groups of " + std::to_string(group));
     // The sampled tokens' rows, gathered once per call: [T, cols].
@@ -215,10 +215,6 @@ class SmoothingEval final : public rt::DeviceSmoothingEval {
            : input == rt::LayerInput::O       ? o_in_
            : input == rt::LayerInput::Mlp     ? mlp_in_
                                               : down_in_;
-  }
-
-  int64_t cols_of(rt::LayerInput input) const {
-    return input == rt::LayerInput::O ? c_.q_dim() : input == rt::LayerInput::Down ? c_.intermediate_size : c_.hidden_size;
   }
 
   void check_ready(bool need_reference) const {
