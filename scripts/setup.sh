@@ -19,7 +19,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --fixture) packages+=(python3-torch libopenblas0-pthread python3-sentencepiece python3-protobuf npm) ;;
+    --fixture) packages+=(python3-torch libopenblas0-pthread python3-sentencepiece python3-protobuf) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     *) echo "setup.sh: unknown option '$arg' (--fixture, --fuzz)" >&2; exit 2 ;;
   esac

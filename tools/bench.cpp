@@ -29,8 +29,14 @@ void run_bench(const BenchOpts& o) {
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
   b.device = kind;
   eval::BenchResult r = eval::run_bench(*model, b, pool);
-  std::printf("model            %s (%s, %.2f M parameters)\n", o.model.c_str(), model->weight_format().c_str(),
-              static_cast<double>(model->parameter_count()) / 1e6);
+  if (model->config().is_moe())
+    std::printf("model            %s (%s, %.2f M parameters, %.2f M active per token: %lld of %lld experts)\n",
+                o.model.c_str(), model->weight_format().c_str(), static_cast<double>(model->parameter_count()) / 1e6,
+                static_cast<double>(model->active_parameter_count()) / 1e6,
+                static_cast<long long>(model->config().num_experts_per_tok), static_cast<long long>(model->config().num_experts));
+  else
+    std::printf("model            %s (%s, %.2f M parameters)\n", o.model.c_str(), model->weight_format().c_str(),
+                static_cast<double>(model->parameter_count()) / 1e6);
   std::printf("setup            p %lld, n %lld, batch %lld, kv %s, %d threads, %s\n", static_cast<long long>(r.prompt),
               static_cast<long long>(r.gen), static_cast<long long>(r.batch), r.kv_dtype.c_str(), r.threads,
               r.simd.c_str());

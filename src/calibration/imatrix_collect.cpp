@@ -99,6 +99,9 @@ Imatrix device_imatrix(const rt::Model& model, const Tokenizer& tok, const std::
 Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,
                         const ImatrixOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
   if (o.ctx < 2) throw Error(ErrorKind::Usage, "imatrix: --ctx must be at least 2");
+  if (model.config().is_moe())
+    throw unsupported("imatrix", "importance matrices of mixture-of-experts models (model_type '" +
+                                     model.config().model_type + "') are not supported: GGUF cannot hold these models yet");
   if (model.max_context() > 0 && o.ctx > model.max_context())
     throw invalid_input("imatrix", "context " + std::to_string(o.ctx) + " exceeds the model's maximum of " +
                                        std::to_string(model.max_context()));

@@ -165,8 +165,14 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     if (!job.allow_nonfinite) check_finite_statistics(in);
     QuantizedLinearResult out;
     out.name = in.name;
-    if (gptq) {
+    out.note = in.note;
+    if (gptq && !in.hessian) {
+      // An expert no calibration token reached: round-to-nearest in the same scheme.
+      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
+      out.note += "; quantized with round-to-nearest instead of GPTQ";
+    } else if (gptq) {
       GptqOptions o = plan.gptq;
+      o.dampening_frac *= in.dampening_scale;
       o.actorder = p.actorder;
       o.observer = p.observer;
       o.mse = p.mse;
@@ -174,7 +180,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       GptqResult r = gptq_quantize_on(job.device, in.weight->data(), in.rows, in.cols,
                                       gptq_hessian(*in.hessian, in.cols, in.name), p.weights, o, in.name);
       out.q = std::move(r.q);
-      out.note = r.fallback;
+      if (!r.fallback.empty()) out.note += (out.note.empty() ? "" : "; ") + r.fallback;
     } else {
       // NVFP4: one global scale for the whole fused set (q/k/v, gate/up).
       out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
@@ -224,6 +230,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                                                    : "stay in host memory and cross to the device once per pass"));
   }
   so.observe_ranges = plan.needs_activation_ranges;
+  so.moe_calibrate_all_experts = recipe.calibration.moe_calibrate_all_experts;
+  so.log = log;
   so.fused_weight_amax = plan.fused_nvfp4;
   std::vector<std::pair<float, float>> kv_amax;
   if (plan.export_config.kv_cache) so.kv_amax = &kv_amax;
@@ -298,7 +306,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   so.resume_layers = std::min<int64_t>(state.layers_done(), cfg.num_hidden_layers);
   sum.resumed_layers = so.resume_layers;
   so.restore = [&](int64_t li) {
-    SavedLayer saved = state.restore_layer(li, model->mutable_layer(li));
+    SavedLayer saved = state.restore_layer(cfg, li, model->mutable_layer(li));
     if (so.kv_amax) {
       if (!saved.kv_amax) throw invalid_input(ResumeState::folder_for(job.out).string(), "layer " + std::to_string(li) + " has no KV-cache ranges");
       so.kv_amax->push_back(*saved.kv_amax);
@@ -307,7 +315,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   };
   run_sequential(*model, samples, quantize, pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
     export_layer(li, done, secs, false);
-    state.save_layer(li, model->weights().layers[static_cast<size_t>(li)], std::move(done), secs,
+    state.save_layer(cfg, li, model->weights().layers[static_cast<size_t>(li)], std::move(done), secs,
                      so.kv_amax ? std::optional<std::pair<float, float>>(so.kv_amax->back()) : std::nullopt);
   }, so);
   state.finish();
@@ -320,9 +328,9 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     const rt::LayerWeights& L = model->weights().layers[static_cast<size_t>(li)];
     add_current(writer, ck, p + "input_layernorm.weight", L.attn_norm, written);
     add_current(writer, ck, p + "post_attention_layernorm.weight", L.ffn_norm, written);
-    for (const rt::LayerLinear& e : rt::kLayerLinears) {
-      const rt::Linear& lin = *(L.*e.member);
-      const std::string base = p + e.name;
+    for (const rt::LayerLinearId& id : rt::layer_linears(cfg, li)) {
+      const rt::Linear& lin = *rt::layer_linear(L, id);
+      const std::string base = p + id.name;
       if (ck.contains(base + ".bias")) add_current(writer, ck, base + ".bias", lin.bias_values(), written);
       if (!written.count(base + ".weight")) add_current(writer, ck, base + ".weight", lin.decode_all(), written);
     }

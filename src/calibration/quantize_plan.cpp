@@ -148,6 +148,13 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
       quantizer = &m;
     }
   }
+  // The smoothing searches balance a norm against the Linears it feeds; in a
+  // sparse layer that is the router and every expert at once.
+  if ((smoothquant || awq) && model.config().is_moe())
+    throw unsupported((smoothquant ? smoothquant : awq)->where,
+                      std::string(smoothquant ? "SmoothQuantModifier" : "AWQModifier") +
+                          " is not supported for mixture-of-experts models (model_type '" + model.config().model_type +
+                          "'); use GPTQModifier or QuantizationModifier");
   if (!quantizer && awq && !awq->groups.empty()) quantizer = awq;  // AWQ then RTN in its scheme
   if (!quantizer)
     throw invalid_input(recipe.source, "the recipe quantizes nothing: add a GPTQModifier or QuantizationModifier (or give "
@@ -173,9 +180,9 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   std::map<std::string, ModifierSpec::Group> used_group;  // recipe groups that claim a Linear, resolved
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(li)];
-    for (const rt::LayerLinear& e : rt::kLayerLinears) {
+    for (const rt::LayerLinearId& e : rt::layer_linears(cfg, li)) {
       const std::string name = "model.layers." + std::to_string(li) + "." + e.name;
-      const int64_t rows = (L.*e.member)->out_features(), cols = (L.*e.member)->in_features();
+      const int64_t rows = rt::layer_linear(L, e)->out_features(), cols = rt::layer_linear(L, e)->in_features();
       std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
       if (g && g->quantize_weights) {
         if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;
@@ -230,7 +237,9 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
       plan.fused_nvfp4 = true;
     }
   }
-  const int64_t all = 7 * cfg.num_hidden_layers, n = static_cast<int64_t>(plan.linears.size());
+  int64_t all = 0;  // the decoder Linears a quantizer may take (routers are never quantized)
+  for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) all += static_cast<int64_t>(rt::layer_linears(cfg, li).size());
+  const int64_t n = static_cast<int64_t>(plan.linears.size());
   const std::string fname = format.name();
   if (format.one_scheme_per_model() && used_group.size() > 1)
     throw unsupported(recipe.source, "the " + fname + " format holds one scheme per model; export compressed-tensors for mixed schemes");

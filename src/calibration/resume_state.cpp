@@ -186,12 +186,13 @@ void ResumeState::write_state() const {
   write_file_atomic(dir_ / kStateFile, j.dump(2) + "\n");
 }
 
-void ResumeState::save_layer(int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done, double seconds,
-                             std::optional<std::pair<float, float>> kv_amax) {
+void ResumeState::save_layer(const ModelConfig& c, int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done,
+                             double seconds, std::optional<std::pair<float, float>> kv_amax) {
   finish();
   if (li != layers_done_) throw Error(ErrorKind::Internal, "resume state: layer " + std::to_string(li) + " saved out of order");
-  pending_ = std::async(std::launch::async, [this, li, L = std::move(L), done = std::move(done), seconds, kv_amax] {
-    write_layer(li, L, done, seconds, kv_amax);
+  pending_ = std::async(std::launch::async, [this, li, ids = rt::layer_linears(c, li), L = std::move(L),
+                                             done = std::move(done), seconds, kv_amax] {
+    write_layer(li, ids, L, done, seconds, kv_amax);
   });
 }
 
@@ -199,7 +200,7 @@ void ResumeState::finish() {
   if (pending_.valid()) pending_.get();
 }
 
-void ResumeState::write_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
+void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
                               double seconds, const std::optional<std::pair<float, float>>& kv_amax) {
   SafetensorsWriter w(dir_, layer_stem(li), ~0ull);
   json meta;
@@ -236,9 +237,9 @@ void ResumeState::write_layer(int64_t li, const rt::LayerWeights& L, const std::
   if (!L.q_norm.empty()) add_vector(w, "q_norm", DType::F32, L.q_norm);
   if (!L.k_norm.empty()) add_vector(w, "k_norm", DType::F32, L.k_norm);
   const std::string prefix = "model.layers." + std::to_string(li) + ".";
-  for (const rt::LayerLinear& e : rt::kLayerLinears) {
-    const rt::Linear& lin = *(L.*e.member);
-    const std::string name = prefix + e.name;
+  for (const rt::LayerLinearId& id : ids) {
+    const rt::Linear& lin = *rt::layer_linear(L, id);
+    const std::string name = prefix + id.name;
     const std::vector<float> bias = lin.bias_values();
     if (!bias.empty()) add_vector(w, name + ".bias", DType::F32, bias);
     bool quantized = false;
@@ -255,7 +256,7 @@ void ResumeState::write_layer(int64_t li, const rt::LayerWeights& L, const std::
   if (li == 0) unregister_temporary(dir_);
 }
 
-SavedLayer ResumeState::restore_layer(int64_t li, rt::LayerWeights& L) const {
+SavedLayer ResumeState::restore_layer(const ModelConfig& c, int64_t li, rt::LayerWeights& L) const {
   const fs::path file = dir_ / (layer_stem(li) + ".safetensors");
   const std::string where = file.string();
   const SafetensorsFile f = SafetensorsFile::open(file);
@@ -304,9 +305,9 @@ SavedLayer ResumeState::restore_layer(int64_t li, rt::LayerWeights& L) const {
   if (!L.q_norm.empty()) L.q_norm = read_vector<float>(f, "q_norm", DType::F32, false);
   if (!L.k_norm.empty()) L.k_norm = read_vector<float>(f, "k_norm", DType::F32, false);
   const std::string prefix = "model.layers." + std::to_string(li) + ".";
-  for (const rt::LayerLinear& e : rt::kLayerLinears) {
-    std::shared_ptr<rt::Linear>& slot = L.*e.member;
-    const std::string name = prefix + e.name;
+  for (const rt::LayerLinearId& id : rt::layer_linears(c, li)) {
+    std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L, id);
+    const std::string name = prefix + id.name;
     const std::optional<Tensor> bias = rt::bias_tensor(read_vector<float>(f, name + ".bias", DType::F32, true));
     const Tensor* b = bias ? &*bias : nullptr;
     const QuantizedLinearResult* q = nullptr;

@@ -65,15 +65,15 @@ class ResumeState {
   // on a thread of its own, overlapping the next layer's work (the layer's
   // Linears are not changed any more; L holds them by shared pointer); at
   // most one save is in flight, and an error surfaces at the next call.
-  void save_layer(int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done, double seconds,
-                  std::optional<std::pair<float, float>> kv_amax);
+  void save_layer(const ModelConfig& c, int64_t li, rt::LayerWeights L, std::vector<QuantizedLinearResult> done,
+                  double seconds, std::optional<std::pair<float, float>> kv_amax);
   // Waits for the save in flight; rethrows its error.
   void finish();
 
   // Puts saved layer `li` (< layers_done()) into L: quantized Linears rebuilt
   // from their codes, the other Linears and the norms as saved. InvalidInput
   // naming the file when it is damaged.
-  SavedLayer restore_layer(int64_t li, rt::LayerWeights& L) const;
+  SavedLayer restore_layer(const ModelConfig& c, int64_t li, rt::LayerWeights& L) const;
 
   // Removes the folder (the output is committed).
   void remove();
@@ -90,7 +90,8 @@ class ResumeState {
   int64_t layers_done_ = 0;  // changed by the saving thread only while a save is in flight
   std::future<void> pending_;
   void write_state() const;
-  void write_layer(int64_t li, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,
+  void write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const rt::LayerWeights& L,
+                   const std::vector<QuantizedLinearResult>& done, double seconds,
                    const std::optional<std::pair<float, float>>& kv_amax);
 };
 

@@ -9,6 +9,7 @@
 
 #include "calibration/activation_store.h"
 #include "core/error.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/device_runtime.h"
 
 namespace qf {
@@ -21,7 +22,8 @@ class CaptureObserver final : public rt::LinearObserver {
  public:
   CaptureObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians, bool ranges)
       : pool_(pool), ranges_(ranges) {
-    if (hessians) h_[Q].emplace(hidden), h_[O].emplace(q_dim), h_[Gate].emplace(hidden), h_[Down].emplace(ffn);
+    if (hessians) h_[Q].emplace(hidden), h_[O].emplace(q_dim);
+    if (hessians && ffn > 0) h_[Gate].emplace(hidden), h_[Down].emplace(ffn);  // ffn 0: a sparse layer
   }
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
     if (slot == LmHead || input_of(slot) != slot) return;
@@ -53,8 +55,25 @@ class CaptureObserver final : public rt::LinearObserver {
     const std::optional<HessianAccumulator>& h = h_[input_of(s)];
     return h ? &*h : nullptr;
   }
+  // Sparse layers: keeps each sample's MLP input (in `moe_in`, one sample per
+  // forward_layer call, in order) and its routing; the experts' statistics
+  // are computed from them one expert at a time afterwards.
+  void keep_moe_inputs(ActivationStore* moe_in, std::vector<std::vector<int32_t>>* routing) {
+    moe_in_ = moe_in, routing_ = routing;
+  }
+  void observe_moe_input(int64_t, const float* xn, int64_t n, int64_t hidden) override {
+    if (!moe_in_) return;
+    moe_in_->store(moe_sample_, std::vector<float>(xn, xn + n * hidden));
+  }
+  void observe_routing(int64_t, const int32_t* e, const float*, int64_t n, int64_t k) override {
+    if (!routing_) return;
+    (*routing_)[moe_sample_++].assign(e, e + n * k);
+  }
 
  private:
+  ActivationStore* moe_in_ = nullptr;
+  std::vector<std::vector<int32_t>>* routing_ = nullptr;
+  size_t moe_sample_ = 0;
   // By the slot of the input (Q, O, Gate, Down; see input_of).
   std::optional<HessianAccumulator> h_[8];
   std::pair<float, float> range_[8] = {};
@@ -108,23 +127,82 @@ void run_layer_on(rt::DeviceLayerPass& dev, bool resident, const std::vector<std
 
 // The largest |w| over the Linears of each fused set of a layer, from their
 // current float weights (NaN ignored); -1 for a set whose amax is not finite.
+float weight_amax(const rt::Linear& lin, float a) {
+  std::vector<float> row(static_cast<size_t>(lin.in_features()));
+  for (int64_t r = 0; r < lin.out_features(); ++r) {
+    lin.decode_row(r, row.data());
+    for (float v : row) a = std::max(a, std::fabs(v));
+  }
+  return a;
+}
+
 std::array<float, 2> fused_set_amax(const rt::LayerWeights& L) {
   std::array<float, 2> amax = {0.0f, 0.0f};
   for (const rt::LayerLinear& sl : rt::kLayerLinears) {
     const int set = fused_set_of(sl.slot);
-    if (set < 0) continue;
-    const rt::Linear& lin = *(L.*sl.member);
-    std::vector<float> row(static_cast<size_t>(lin.in_features()));
-    float a = amax[static_cast<size_t>(set)];
-    for (int64_t r = 0; r < lin.out_features(); ++r) {
-      lin.decode_row(r, row.data());
-      for (float v : row) a = std::max(a, std::fabs(v));
-    }
-    amax[static_cast<size_t>(set)] = a;
+    if (set < 0 || !(L.*sl.member)) continue;  // a sparse layer has no dense gate/up
+    amax[static_cast<size_t>(set)] = weight_amax(*(L.*sl.member), amax[static_cast<size_t>(set)]);
   }
   for (float& a : amax)
     if (!std::isfinite(a)) a = -1.0f;
   return amax;
+}
+
+// An expert's gate and up, which vLLM's fused MoE holds as one w13 with one
+// NVFP4 global scale per expert: their largest |w| (index 0), -1 when not finite.
+std::array<float, 2> expert_gate_up_amax(const rt::LayerWeights& L, int64_t e) {
+  const rt::ExpertWeights& ex = e == rt::kSharedExpert ? L.moe.shared : L.moe.experts[static_cast<size_t>(e)];
+  const float a = weight_amax(*ex.up, weight_amax(*ex.gate, 0.0f));
+  return {std::isfinite(a) ? a : -1.0f, -1.0f};
+}
+
+// One expert's calibration statistics: the Hessians (and ranges) of its
+// gate/up input and of its down projection's input.
+struct ExpertStats {
+  std::optional<HessianAccumulator> in, down_in;
+  std::pair<float, float> in_range{0.0f, 0.0f}, down_range{0.0f, 0.0f};
+  int64_t tokens = 0;
+};
+
+void widen(std::pair<float, float>& r, const std::vector<float>& x) {
+  for (float v : x) r.first = std::min(r.first, v), r.second = std::max(r.second, v);
+}
+
+// Runs expert `e` of layer `li` (kSharedExpert: the shared one, which sees
+// every token; `all`: every token too) over the rows routed to it in each
+// sample, with its weights as they are now (before it is quantized).
+ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const ActivationStore& moe_in,
+                         const std::vector<std::vector<int32_t>>& routing, bool all, bool hessians, bool ranges,
+                         ThreadPool& pool) {
+  const ModelConfig& c = model.config();
+  const rt::MoeWeights& m = model.weights().layers[static_cast<size_t>(li)].moe;
+  const rt::ExpertWeights& ex = e == rt::kSharedExpert ? m.shared : m.experts[static_cast<size_t>(e)];
+  const int64_t h = c.hidden_size, ff = ex.gate->out_features(), k = c.num_experts_per_tok;
+  ExpertStats st;
+  if (hessians) st.in.emplace(h), st.down_in.emplace(ff);
+  std::vector<float> x, g, u;
+  for (size_t s = 0; s < moe_in.size(); ++s) {
+    const std::vector<float> xn = moe_in.load(s);
+    const std::vector<int32_t>& r = routing[s];
+    const int64_t n = static_cast<int64_t>(xn.size()) / h;
+    x.clear();
+    for (int64_t t = 0; t < n; ++t) {
+      bool routed = all || e == rt::kSharedExpert;
+      for (int64_t j = 0; j < k && !routed; ++j) routed = r[static_cast<size_t>(t * k + j)] == e;
+      if (routed) x.insert(x.end(), xn.begin() + t * h, xn.begin() + (t + 1) * h);
+    }
+    const int64_t rows = static_cast<int64_t>(x.size()) / h;
+    if (rows == 0) continue;
+    st.tokens += rows;
+    g.resize(static_cast<size_t>(rows * ff)), u.resize(g.size());
+    ex.gate->forward(x.data(), rows, g.data(), pool);
+    ex.up->forward(x.data(), rows, u.data(), pool);
+    for (int64_t t = 0; t < rows; ++t) rt::swiglu(g.data() + t * ff, u.data() + t * ff, ff);
+    if (hessians) st.in->add(x.data(), rows, h, pool), st.down_in->add(g.data(), rows, ff, pool);
+    if (ranges) widen(st.in_range, x), widen(st.down_range, g);
+  }
+  if (hessians) st.in->finish(&pool), st.down_in->finish(&pool);
+  return st;
 }
 
 }  // namespace
@@ -200,9 +278,15 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (opts.transform) opts.transform(li, samples, load_input);
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
     std::unique_ptr<CaptureObserver> obs;
+    std::unique_ptr<ActivationStore> moe_in;  // sparse layers: each sample's MLP input
+    std::vector<std::vector<int32_t>> routing(samples.size());
     if (opts.hessian_weighted_error || opts.observe_ranges) {
-      obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.intermediate_size, pool,
+      obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.moe_layer(li) ? 0 : c.intermediate_size, pool,
                                               opts.hessian_weighted_error, opts.observe_ranges);
+      if (c.moe_layer(li)) {
+        moe_in = std::make_unique<ActivationStore>(sizes, opts.max_memory_bytes, opts.spill_beside);
+        obs->keep_moe_inputs(moe_in.get(), &routing);
+      }
       if (dev) {
         dev->load(li);
         dev->begin_capture(rt::LayerCapture{opts.hessian_weighted_error, opts.observe_ranges, false});
@@ -221,15 +305,56 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     const std::array<float, 2> set_amax =
         opts.fused_weight_amax ? fused_set_amax(L) : std::array<float, 2>{-1.0f, -1.0f};
     std::vector<QuantizedLinearResult> done;
-    for (const rt::LayerLinear& sl : rt::kLayerLinears) {
-      std::shared_ptr<rt::Linear>& slot = L.*sl.member;
+    std::optional<ExpertStats> ex;  // the statistics of the expert being quantized
+    int64_t ex_of = rt::kNoExpert;
+    std::array<float, 2> ex_amax = {-1.0f, -1.0f};
+    std::string token_line;  // sparse layers: tokens per expert, for the log
+    for (const rt::LayerLinearId& sl : rt::layer_linears(c, li)) {
+      std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L, sl);
       const rt::Linear& lin = *slot;
       const std::vector<float> w = lin.decode_all();
-      const HessianAccumulator* h = obs ? obs->hessian(sl.slot) : nullptr;
-      LinearToQuantize in{"model.layers." + std::to_string(li) + "." + sl.name, li, &w, lin.out_features(),
-                          lin.in_features(), h};
-      if (obs) std::tie(in.act_min, in.act_max) = obs->range(sl.slot);
-      if (const int set = fused_set_of(sl.slot); set >= 0) in.fused_weight_amax = set_amax[static_cast<size_t>(set)];
+      const HessianAccumulator* h = nullptr;
+      LinearToQuantize in;
+      in.name = "model.layers." + std::to_string(li) + "." + sl.name;
+      in.layer = li, in.weight = &w, in.rows = lin.out_features(), in.cols = lin.in_features();
+      if (sl.expert == rt::kNoExpert) {
+        in.hessian = obs ? obs->hessian(sl.slot) : nullptr;
+        if (obs) std::tie(in.act_min, in.act_max) = obs->range(sl.slot);
+        if (const int set = fused_set_of(sl.slot); set >= 0) in.fused_weight_amax = set_amax[static_cast<size_t>(set)];
+      } else {
+        if (sl.expert != ex_of) {  // the expert's first Linear (gate): its statistics, one expert at a time
+          ex.reset();
+          ex_of = sl.expert;
+          if (obs) {
+            ex = expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
+                              opts.hessian_weighted_error, opts.observe_ranges, pool);
+            token_line += (token_line.empty() ? "" : " ") +
+                          (sl.expert == rt::kSharedExpert ? std::string("shared") : std::to_string(sl.expert)) + ":" +
+                          std::to_string(ex->tokens);
+            if (ex->tokens == 0 && opts.observe_ranges) {
+              // Input ranges from every token instead, so that a static activation scale still covers what the expert would see.
+              const ExpertStats all = expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool);
+              ex->in_range = all.in_range, ex->down_range = all.down_range;
+            }
+          }
+          ex_amax = opts.fused_weight_amax ? expert_gate_up_amax(L, sl.expert) : std::array<float, 2>{-1.0f, -1.0f};
+        }
+        const bool down = sl.slot == rt::LinearObserver::Down;
+        if (ex) {
+          in.expert_tokens = ex->tokens;
+          std::tie(in.act_min, in.act_max) = down ? ex->down_range : ex->in_range;
+          if (ex->tokens > 0 && opts.hessian_weighted_error) in.hessian = down ? &*ex->down_in : &*ex->in;
+          if (ex->tokens == 0)
+            in.note = in.name + ": no calibration token reached this expert" +
+                      std::string(opts.observe_ranges ? " (its input ranges are taken over every calibration token)" : "");
+          else if (ex->tokens < in.cols)
+            in.dampening_scale = 10.0,
+            in.note = in.name + ": only " + std::to_string(ex->tokens) + " calibration tokens reached this expert (fewer than its " +
+                      std::to_string(in.cols) + " input columns): GPTQ dampening raised tenfold";
+        }
+        if (!down) in.fused_weight_amax = ex_amax[0];
+      }
+      h = in.hessian;
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinearResult> q = quantize(in);
       if (!q) continue;
@@ -252,6 +377,9 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       slot = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
       done.push_back(std::move(*q));
     }
+    if (!token_line.empty() && opts.log)
+      opts.log("layer " + std::to_string(li + 1) + "/" + std::to_string(c.num_hidden_layers) + ": calibration tokens per expert" +
+               (opts.moe_calibrate_all_experts ? " (every token to every expert)" : "") + ": " + token_line);
     if (dev) {
       dev->load(li);  // the quantized Linears, decoded
       dev->begin_capture(rt::LayerCapture{false, false, opts.kv_amax != nullptr});

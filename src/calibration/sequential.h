@@ -42,6 +42,13 @@ struct LinearToQuantize {
   // before the first of them is quantized. -1 for o_proj and down_proj, when
   // not asked for, or when a weight is not finite.
   float fused_weight_amax = -1;
+  // An expert's Linear (sparse layers): the calibration tokens its statistics
+  // came from (-1 for the other Linears). With GPTQ, an expert that saw none
+  // has no Hessian (round-to-nearest), and one that saw fewer tokens than its
+  // input columns gets dampening_scale 10; `note` says so for the report.
+  int64_t expert_tokens = -1;
+  double dampening_scale = 1.0;
+  std::string note;
 };
 
 struct QuantizedLinearResult {
@@ -103,6 +110,14 @@ struct SequentialOptions {
   // GPTQ, the smoothing searches): the hidden states stay on the device
   // only when they fit beside it (hidden_states_on_device).
   uint64_t device_reserve_bytes = 0;
+  // Sparse layers: each routed expert's statistics (Hessians, input ranges)
+  // come from every calibration token instead of the tokens routed to it
+  // (llm-compressor's moe_calibrate_all_experts). The layer's output, and
+  // so the next layer's input, still follows the router.
+  bool moe_calibrate_all_experts = false;
+  // Called once per sparse layer with a line giving the calibration tokens
+  // each expert's statistics came from.
+  std::function<void(const std::string&)> log;
 };
 
 // Whether the pipeline keeps the calibration set's hidden states (`bytes`

@@ -177,6 +177,7 @@ nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Mode
   nlohmann::ordered_json j = {{"model", model_arg},
                               {"weight_format", model.weight_format()},
                               {"parameters", model.parameter_count()},
+                              {"active_parameters", model.active_parameter_count()},
                               {"prompt", r.prompt},
                               {"gen", r.gen},
                               {"batch", r.batch},

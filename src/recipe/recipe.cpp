@@ -796,9 +796,12 @@ void Parser::check_static_act_observer(const std::string& name, const YAML::Node
 }
 
 void Parser::parse_calibration(const Entry& e, CalibrationSpec& c) {
-  static const std::vector<std::string> keys = {"dataset", "text_field", "num_samples", "seq_len", "seed"};
+  static const std::vector<std::string> keys = {"dataset", "text_field", "num_samples", "seq_len", "seed",
+                                                "moe_calibrate_all_experts"};
   Entries a = entries(e.value, "calibration", &keys);
-  reject_null(a, "calibration", {"dataset", "text_field", "num_samples", "seq_len", "seed"});
+  reject_null(a, "calibration", {"dataset", "text_field", "num_samples", "seq_len", "seed", "moe_calibrate_all_experts"});
+  if (a.has("moe_calibrate_all_experts"))
+    c.moe_calibrate_all_experts = as_bool(a.get("moe_calibrate_all_experts"), "calibration.moe_calibrate_all_experts");
   if (a.has("dataset")) c.dataset = as_string(a.get("dataset"), "calibration.dataset");
   if (a.has("text_field")) {
     c.text_field = as_string(a.get("text_field"), "calibration.text_field");

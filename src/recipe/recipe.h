@@ -133,6 +133,10 @@ struct CalibrationSpec {
   int64_t num_samples = 128;
   int64_t seq_len = 512;
   uint64_t seed = 0;
+  // Mixture-of-experts models: every calibration token reaches every
+  // expert's statistics (not only the tokens routed to it); the layer
+  // outputs still follow the router (SequentialOptions).
+  bool moe_calibrate_all_experts = false;
 };
 
 struct ExportSpec {

@@ -57,8 +57,10 @@ std::string find_nonfinite_weight(const Model& m, ThreadPool& pool) {
   for (size_t li = 0; li < w.layers.size() && bad.empty(); ++li) {
     const LayerWeights& L = w.layers[li];
     const std::string p = "model.layers." + std::to_string(li) + ".";
-    for (const LayerLinear& e : kLayerLinears)
-      if (bad.empty()) bad = check_linear(p + e.name, *(L.*e.member), pool);
+    for (const LayerLinearId& id : layer_linears(m.config(), static_cast<int64_t>(li)))
+      if (bad.empty()) bad = check_linear(p + id.name, *layer_linear(L, id), pool);
+    if (bad.empty() && L.sparse()) bad = check_linear(p + moe_module_prefix(m.config()) + "gate", *L.moe.router, pool);
+    if (bad.empty() && L.moe.shared_gate) bad = check_linear(p + "mlp.shared_expert_gate", *L.moe.shared_gate, pool);
     if (bad.empty()) bad = check_vector(p + "input_layernorm.weight", L.attn_norm);
     if (bad.empty()) bad = check_vector(p + "post_attention_layernorm.weight", L.ffn_norm);
     if (bad.empty()) bad = check_vector(p + "self_attn.q_norm.weight", L.q_norm);

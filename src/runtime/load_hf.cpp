@@ -60,11 +60,11 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
                                       checkpoint_format_names() + ")");
     opened = format->open(dir, *c.quantization_config, cfg_file);
   }
-  if (c.is_moe()) throw unsupported(dir.string(), "mixture-of-experts models are not supported by the runtime yet");
   HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir)), format, opened.qcfg};
   check_layer_tensors(r.ck->names(), "model.layers.", c.num_hidden_layers, cfg_file, "num_hidden_layers");
-  const bool qkv_bias = c.model_type == "qwen2" || c.attention_bias;
-  const bool o_bias = c.model_type != "qwen2" && c.attention_bias;
+  const bool qwen2 = c.model_type == "qwen2" || c.model_type == "qwen2_moe";
+  const bool qkv_bias = qwen2 || c.attention_bias;
+  const bool o_bias = !qwen2 && c.attention_bias;
   ModelWeights w;
   w.embed = r.linear("model.embed_tokens", false);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -72,14 +72,22 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
     LayerWeights l;
     l.attn_norm = r.vec(p + "input_layernorm.weight");
     l.ffn_norm = r.vec(p + "post_attention_layernorm.weight");
-    if (c.model_type == "qwen3") {
+    if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
       l.q_norm = r.vec(p + "self_attn.q_norm.weight");
       l.k_norm = r.vec(p + "self_attn.k_norm.weight");
     }
-    for (const LayerLinear& ll : kLayerLinears) {
-      const bool attn_in = ll.slot == LinearObserver::Q || ll.slot == LinearObserver::K || ll.slot == LinearObserver::V;
-      const bool bias = attn_in ? qkv_bias : ll.slot == LinearObserver::O ? o_bias : c.mlp_bias;
-      l.*ll.member = r.linear(p + ll.name, bias);
+    if (c.moe_layer(i)) {  // routers stay unquantized in every format the runtime reads
+      l.moe.router = make_dense_linear(r.get(p + moe_module_prefix(c) + "gate.weight"), nullptr,
+                                       p + moe_module_prefix(c) + "gate.weight");
+      l.moe.experts.resize(static_cast<size_t>(c.num_experts));
+      if (c.shared_expert_intermediate_size > 0)
+        l.moe.shared_gate = make_dense_linear(r.get(p + "mlp.shared_expert_gate.weight"), nullptr,
+                                              p + "mlp.shared_expert_gate.weight");
+    }
+    for (const LayerLinearId& id : layer_linears(c, i)) {
+      const bool attn_in = id.slot == LinearObserver::Q || id.slot == LinearObserver::K || id.slot == LinearObserver::V;
+      const bool bias = attn_in ? qkv_bias : id.slot == LinearObserver::O ? o_bias : c.mlp_bias;
+      layer_linear(l, id) = r.linear(p + id.name, bias);
     }
     w.layers.push_back(std::move(l));
     if (opened.kv_scales) {

@@ -40,13 +40,64 @@ LinearShape layer_linear_shape(const ModelConfig& c, LinearObserver::Slot slot) 
   throw Error(ErrorKind::Internal, "layer_linear_shape: unknown slot");
 }
 
+std::string moe_module_prefix(const ModelConfig& c) { return c.model_type == "mixtral" ? "block_sparse_moe." : "mlp."; }
+
+std::vector<LayerLinearId> layer_linears(const ModelConfig& c, int64_t layer) {
+  std::vector<LayerLinearId> ids;
+  for (const LayerLinear& ll : kLayerLinears) {
+    if (ll.slot == LinearObserver::Gate && c.moe_layer(layer)) break;
+    ids.push_back({ll.slot, kNoExpert, ll.name});
+  }
+  if (!c.moe_layer(layer)) return ids;
+  const std::string p = moe_module_prefix(c);
+  const bool mixtral = c.model_type == "mixtral";
+  const LinearObserver::Slot slots[] = {LinearObserver::Gate, LinearObserver::Up, LinearObserver::Down};
+  const char* qwen_names[] = {"gate_proj", "up_proj", "down_proj"};
+  const char* mixtral_names[] = {"w1", "w3", "w2"};
+  for (int64_t e = 0; e < c.num_experts; ++e)
+    for (int j = 0; j < 3; ++j)
+      ids.push_back({slots[j], e, p + "experts." + std::to_string(e) + "." + (mixtral ? mixtral_names[j] : qwen_names[j])});
+  if (c.shared_expert_intermediate_size > 0)
+    for (int j = 0; j < 3; ++j) ids.push_back({slots[j], kSharedExpert, p + "shared_expert." + qwen_names[j]});
+  return ids;
+}
+
+const std::shared_ptr<Linear>& layer_linear(const LayerWeights& l, const LayerLinearId& id) {
+  if (id.expert == kNoExpert) {
+    for (const LayerLinear& ll : kLayerLinears)
+      if (ll.slot == id.slot) return l.*ll.member;
+  }
+  const ExpertWeights* e = id.expert == kSharedExpert ? &l.moe.shared
+                           : id.expert >= 0 && id.expert < static_cast<int64_t>(l.moe.experts.size())
+                               ? &l.moe.experts[static_cast<size_t>(id.expert)]
+                               : nullptr;
+  if (e) {
+    if (id.slot == LinearObserver::Gate) return e->gate;
+    if (id.slot == LinearObserver::Up) return e->up;
+    if (id.slot == LinearObserver::Down) return e->down;
+  }
+  throw Error(ErrorKind::Internal, "layer_linear: no Linear '" + id.name + "' in this layer");
+}
+
+std::shared_ptr<Linear>& layer_linear(LayerWeights& l, const LayerLinearId& id) {
+  return const_cast<std::shared_ptr<Linear>&>(layer_linear(static_cast<const LayerWeights&>(l), id));
+}
+
+LinearShape layer_linear_shape(const ModelConfig& c, int64_t layer, const LayerLinearId& id) {
+  if (id.expert == kNoExpert) return layer_linear_shape(c, id.slot);
+  const int64_t ff = id.expert == kSharedExpert ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
+  (void)layer;
+  return id.slot == LinearObserver::Down ? LinearShape{c.hidden_size, ff} : LinearShape{ff, c.hidden_size};
+}
+
 Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path source)
     : config_(std::move(config)), w_(std::move(weights)), source_(std::move(source)) {
   const ModelConfig& c = config_;
-  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
   if (!kTypes.count(c.model_type))
     throw unsupported(source_.string(), "model_type '" + c.model_type +
-                                           "' is not supported by the runtime (supported: llama, mistral, qwen2, qwen3)");
+                                           "' is not supported by the runtime (supported: llama, mistral, qwen2, qwen3, "
+                                           "mixtral, qwen2_moe, qwen3_moe)");
   if (c.head_dim % 2 != 0 || c.num_attention_heads % c.num_key_value_heads != 0)
     throw invalid_input(source_.string(), "head_dim must be even and heads a multiple of KV heads");
   const int64_t h = c.hidden_size;
@@ -61,13 +112,28 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
     const std::string p = "model.layers." + std::to_string(i) + ".";
     check_vec(l.attn_norm, h, p + "input_layernorm.weight");
     check_vec(l.ffn_norm, h, p + "post_attention_layernorm.weight");
-    if (c.model_type == "qwen3") {
+    if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
       check_vec(l.q_norm, c.head_dim, p + "self_attn.q_norm.weight");
       check_vec(l.k_norm, c.head_dim, p + "self_attn.k_norm.weight");
     }
-    for (const LayerLinear& ll : kLayerLinears) {
-      const LinearShape shape = layer_linear_shape(c, ll.slot);
-      check_linear(l.*ll.member, shape.out, shape.in, p + ll.name + ".weight");
+    const int64_t li = static_cast<int64_t>(i);
+    if (l.sparse() != c.moe_layer(li))
+      throw invalid_input(p + moe_module_prefix(c) + "gate.weight",
+                          c.moe_layer(li) ? "this layer is sparse by the config but has no router"
+                                          : "this layer is dense by the config but has a router");
+    if (l.sparse()) {
+      check_linear(l.moe.router, c.num_experts, h, p + moe_module_prefix(c) + "gate.weight");
+      if (static_cast<int64_t>(l.moe.experts.size()) != c.num_experts)
+        throw invalid_input(p + moe_module_prefix(c) + "experts", "expected " + std::to_string(c.num_experts) +
+                                                                      " experts, got " + std::to_string(l.moe.experts.size()));
+      if (c.shared_expert_intermediate_size > 0) check_linear(l.moe.shared_gate, 1, h, p + "mlp.shared_expert_gate.weight");
+      else if (l.moe.shared.gate || l.moe.shared_gate)
+        throw invalid_input(p + "mlp.shared_expert", "a shared expert without shared_expert_intermediate_size in the config");
+      if (l.gate || l.up || l.down) throw invalid_input(p + "mlp", "a sparse layer with a dense MLP as well");
+    }
+    for (const LayerLinearId& id : layer_linears(c, li)) {
+      const LinearShape shape = layer_linear_shape(c, li, id);
+      check_linear(layer_linear(l, id), shape.out, shape.in, p + id.name + ".weight");
     }
   }
   if (w_.k_scale.size() != w_.v_scale.size() ||
@@ -87,7 +153,8 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
 
 int64_t Model::window(int64_t layer) const {
   if (!config_.sliding_window) return 0;
-  if (config_.model_type == "qwen2" || config_.model_type == "qwen3") {
+  if (config_.model_type == "qwen2" || config_.model_type == "qwen3" || config_.model_type == "qwen2_moe" ||
+      config_.model_type == "qwen3_moe") {
     if (config_.max_window_layers && layer < *config_.max_window_layers) return 0;
   }
   return *config_.sliding_window;
@@ -268,6 +335,7 @@ void Model::mlp_block(int64_t li, const float* xn, int64_t n, float* out, Thread
   thread_local std::vector<float> g, u;
   g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
   const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  if (L.sparse()) return moe_block(li, xn, n, out, pool, obs);
   if (obs) {
     obs->observe(li, LinearObserver::Gate, xn, n, h);
     obs->observe(li, LinearObserver::Up, xn, n, h);
@@ -316,19 +384,53 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
   head(b, x.data(), logits, pool, obs);
 }
 
+namespace {
+
+// Sums `of` over the Linears one token reads in layer li: all of them in a
+// dense layer; in a sparse one the router, the shared expert and its gate,
+// and k / n_experts of the routed experts' total (k experts of average size).
+template <class Of>
+uint64_t per_token_sum(const ModelConfig& c, const LayerWeights& l, int64_t li, Of of) {
+  uint64_t sum = 0, routed = 0;
+  for (const LayerLinearId& id : layer_linears(c, li)) {
+    const uint64_t v = of(*layer_linear(l, id));
+    (id.expert >= 0 ? routed : sum) += v;
+  }
+  if (l.sparse()) {
+    sum += of(*l.moe.router) + (l.moe.shared_gate ? of(*l.moe.shared_gate) : 0);
+    sum += routed * static_cast<uint64_t>(c.num_experts_per_tok) / static_cast<uint64_t>(c.num_experts);
+  }
+  return sum;
+}
+
+uint64_t linear_params(const Linear& l) { return static_cast<uint64_t>(l.in_features() * l.out_features()); }
+
+}  // namespace
+
 uint64_t Model::bytes_per_token() const {
   uint64_t b = w_.lm_head->weight_bytes() + w_.embed->weight_bytes() / static_cast<uint64_t>(config_.vocab_size);
-  for (const auto& l : w_.layers)
-    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) b += (*lin)->weight_bytes();
+  for (size_t li = 0; li < w_.layers.size(); ++li)
+    b += per_token_sum(config_, w_.layers[li], static_cast<int64_t>(li), [](const Linear& l) { return l.weight_bytes(); });
   b += static_cast<uint64_t>(config_.hidden_size) * 4 * (2 * w_.layers.size() + 1);
   return b;
 }
 
 uint64_t Model::parameter_count() const {
-  auto params = [](const Linear& l) { return static_cast<uint64_t>(l.in_features() * l.out_features()); };
-  uint64_t n = params(*w_.embed) + (w_.lm_head == w_.embed ? 0 : params(*w_.lm_head));
-  for (const auto& l : w_.layers) {
-    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) n += params(**lin);
+  uint64_t n = linear_params(*w_.embed) + (w_.lm_head == w_.embed ? 0 : linear_params(*w_.lm_head));
+  for (size_t li = 0; li < w_.layers.size(); ++li) {
+    const LayerWeights& l = w_.layers[li];
+    for (const LayerLinearId& id : layer_linears(config_, static_cast<int64_t>(li))) n += linear_params(*layer_linear(l, id));
+    if (l.sparse()) n += linear_params(*l.moe.router) + (l.moe.shared_gate ? linear_params(*l.moe.shared_gate) : 0);
+    n += l.attn_norm.size() + l.ffn_norm.size() + l.q_norm.size() + l.k_norm.size();
+  }
+  return n + w_.final_norm.size();
+}
+
+uint64_t Model::active_parameter_count() const {
+  uint64_t n = linear_params(*w_.embed) + (w_.lm_head == w_.embed ? 0 : linear_params(*w_.lm_head));
+  for (size_t li = 0; li < w_.layers.size(); ++li) {
+    const LayerWeights& l = w_.layers[li];
+    n += per_token_sum(config_, l, static_cast<int64_t>(li), linear_params);
     n += l.attn_norm.size() + l.ffn_norm.size() + l.q_norm.size() + l.k_norm.size();
   }
   return n + w_.final_norm.size();
@@ -336,8 +438,9 @@ uint64_t Model::parameter_count() const {
 
 std::string Model::weight_format() const {
   std::set<std::string> f;
-  for (const auto& l : w_.layers)
-    for (const auto* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) f.insert((*lin)->format());
+  for (size_t li = 0; li < w_.layers.size(); ++li)
+    for (const LayerLinearId& id : layer_linears(config_, static_cast<int64_t>(li)))
+      f.insert(layer_linear(w_.layers[li], id)->format());
   f.insert(w_.lm_head->format());
   if (f.size() == 1) return *f.begin();
   std::string s = "mixed (";

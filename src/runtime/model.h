@@ -1,6 +1,9 @@
 // The decoder-only Llama family: llama (RoPE default, linear, llama3), mistral
 // (sliding window), qwen2 (q/k/v bias), qwen3 (per-head q/k RMSNorm); GQA,
-// SwiGLU, tied or untied lm_head.
+// SwiGLU, tied or untied lm_head. Mixture-of-experts variants: mixtral
+// (mistral attention), qwen2_moe (qwen2 attention, a shared expert with a
+// sigmoid gate) and qwen3_moe (qwen3 attention), whose sparse layers route
+// each token to num_experts_per_tok SwiGLU experts.
 //
 // A Model is a ModelConfig plus ModelWeights, where every matrix is a Linear:
 // loaders (Hugging Face safetensors here; GGUF and the quantized checkpoint
@@ -24,10 +27,29 @@ class GgufFile;
 
 namespace qf::rt {
 
+// A SwiGLU MLP: down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  std::shared_ptr<Linear> gate, up, down;
+};
+
+// The sparse MLP of a mixture-of-experts layer. Every token's router logits
+// go through a softmax over all experts (float32); the top k are kept (ties:
+// the lower index), renormalised to sum 1 when the config's norm_topk_prob
+// says so, and weight their experts' outputs, which add up in expert order.
+struct MoeWeights {
+  std::shared_ptr<Linear> router;       // [experts, hidden]; the module is called "gate"
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;                 // qwen2_moe's shared_expert (null members: none)
+  std::shared_ptr<Linear> shared_gate;  // qwen2_moe's shared_expert_gate [1, hidden]
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
-  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
-  std::shared_ptr<Linear> q, k, v, o, gate, up, down;
+  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 and qwen3_moe only
+  std::shared_ptr<Linear> q, k, v, o;
+  std::shared_ptr<Linear> gate, up, down;  // the dense MLP; null in a sparse layer
+  MoeWeights moe;                          // a sparse layer's (router null in a dense layer)
+  bool sparse() const { return moe.router != nullptr; }
 };
 
 struct ModelWeights {
@@ -60,7 +82,22 @@ class LinearObserver {
   // K (after RoPE and, for qwen3, k_norm: what the cache stores) and V of n
   // tokens, n rows of kv_dim floats each. KV-cache calibration uses it.
   virtual void observe_kv(int64_t /*layer*/, const float* /*k*/, const float* /*v*/, int64_t /*n*/, int64_t /*kv_dim*/) {}
+  // In a sparse layer, instead of Gate/Up/Down: the n rows routed to one
+  // expert (kSharedExpert: the shared expert, which sees every token). Slot
+  // Gate is the input its gate and up read, Down its down projection's.
+  virtual void observe_expert(int64_t /*layer*/, int64_t /*expert*/, Slot /*slot*/, const float* /*x*/, int64_t /*n*/,
+                              int64_t /*in*/) {}
+  // In a sparse layer, the input of its sparse MLP (the post-attention
+  // normed rows, what the router reads), before routing.
+  virtual void observe_moe_input(int64_t /*layer*/, const float* /*xn*/, int64_t /*n*/, int64_t /*hidden*/) {}
+  // In a sparse layer, the n tokens' router choices: n x k expert indices
+  // and their weights (after renormalisation where the architecture does it).
+  virtual void observe_routing(int64_t /*layer*/, const int32_t* /*experts*/, const float* /*weights*/, int64_t /*n*/,
+                               int64_t /*k*/) {}
 };
+
+inline constexpr int64_t kNoExpert = -1;      // attention and dense-MLP Linears
+inline constexpr int64_t kSharedExpert = -2;  // qwen2_moe's shared expert
 
 // The seven Linears of a decoder layer in forward order: their Hugging Face
 // module names under "model.layers.N.", their LayerWeights members and the
@@ -76,11 +113,35 @@ inline constexpr LayerLinear kLayerLinears[] = {
     {"mlp.gate_proj", &LayerWeights::gate, LinearObserver::Gate}, {"mlp.up_proj", &LayerWeights::up, LinearObserver::Up},
     {"mlp.down_proj", &LayerWeights::down, LinearObserver::Down}};
 
-// The [out, in] shape of a decoder layer's Linear in slot `slot` (Q..Down).
+// The [out, in] shape of a dense decoder layer's Linear in slot `slot` (Q..Down).
 struct LinearShape {
   int64_t out, in;
 };
 LinearShape layer_linear_shape(const ModelConfig& c, LinearObserver::Slot slot);
+
+// One quantizable Linear of a decoder layer: its role, its expert and its
+// module name under "model.layers.N." as the architecture's checkpoints spell
+// it ("self_attn.q_proj", "mlp.down_proj", "block_sparse_moe.experts.3.w1",
+// "mlp.experts.3.gate_proj", "mlp.shared_expert.up_proj").
+struct LayerLinearId {
+  LinearObserver::Slot slot;  // Q..Down
+  int64_t expert = kNoExpert;  // a routed expert's index, kSharedExpert or kNoExpert
+  std::string name;
+};
+
+// Every quantizable Linear of layer `layer` in forward order: q, k, v, o, then
+// the dense MLP's gate, up, down, or each routed expert's (expert 0 first)
+// followed by the shared expert's. Routers and the shared-expert gate are not
+// listed: they stay in their stored form (vLLM loads them unquantized).
+std::vector<LayerLinearId> layer_linears(const ModelConfig& c, int64_t layer);
+// Where a listed Linear lives in the layer's weights.
+std::shared_ptr<Linear>& layer_linear(LayerWeights& l, const LayerLinearId& id);
+const std::shared_ptr<Linear>& layer_linear(const LayerWeights& l, const LayerLinearId& id);
+// Its [out, in] shape.
+LinearShape layer_linear_shape(const ModelConfig& c, int64_t layer, const LayerLinearId& id);
+// A sparse layer's MLP module prefix ("block_sparse_moe." for mixtral, "mlp."
+// for the qwen MoE models): the router is <prefix>gate.
+std::string moe_module_prefix(const ModelConfig& c);
 
 // Tokens to run in one forward pass. Tokens of one sequence must come in
 // increasing position order; each attends to its sequence's cached positions
@@ -153,16 +214,21 @@ class Model {
   LayerWeights& mutable_layer(int64_t layer) { return w_.layers.at(static_cast<size_t>(layer)); }
   ModelWeights& mutable_weights() { return w_; }
 
-  // Weight bytes read to produce one token: every Linear, the norms and one
-  // embedding row.
+  // Weight bytes read to produce one token: every Linear (of a sparse layer:
+  // the router, the shared expert and k experts of average size), the norms
+  // and one embedding row.
   uint64_t bytes_per_token() const;
   uint64_t parameter_count() const;
+  // Parameters one token uses (a sparse layer counts k of its experts);
+  // parameter_count() for a dense model.
+  uint64_t active_parameter_count() const;
   std::string weight_format() const;  // "f16", or "mixed (...)"
 
  private:
   void attention(int64_t layer, const Batch& batch, const float* q, const KvCache& cache, float* out,
                  ThreadPool& pool) const;
   void rope(const Batch& batch, float* x, int64_t heads) const;
+  void moe_block(int64_t layer, const float* xn, int64_t n, float* out, ThreadPool& pool, LinearObserver* observer) const;
 
   ModelConfig config_;
   ModelWeights w_;

@@ -450,7 +450,7 @@ TEST(ModelArch, QuantizedKvCacheStaysCloseToF16) {
 
 // ---- errors -----------------------------------------------------------------
 
-TEST(ModelArch, MixtureOfExpertsIsUnsupported) {
+TEST(ModelArch, MixtureOfExpertsConfigOverADenseCheckpointNamesTheRouter) {
   test::TempDir dir;
   Spec s;
   json c = config_json(s);
@@ -458,7 +458,7 @@ TEST(ModelArch, MixtureOfExpertsIsUnsupported) {
   c["num_local_experts"] = 4;
   c["num_experts_per_tok"] = 2;
   write_model(s, dir.path(), {}, {}, c);
-  EXPECT_QF_ERROR(rt::load_hf_model(dir.path()), ErrorKind::Unsupported, "mixture-of-experts");
+  EXPECT_QF_ERROR(rt::load_hf_model(dir.path()), ErrorKind::NotFound, "model.layers.0.block_sparse_moe.gate.weight");
 }
 
 TEST(ModelArch, UnsupportedRopeScalingIsUnsupported) {

@@ -14,7 +14,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
   return types;
 }
 
@@ -128,7 +128,7 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   c.tie_word_embeddings = r.opt_bool("tie_word_embeddings").value_or(false);
   c.mlp_bias = r.opt_bool("mlp_bias").value_or(false);
   // Qwen2 has q/k/v biases by construction and no config key for them.
-  c.attention_bias = r.opt_bool("attention_bias").value_or(c.model_type == "qwen2");
+  c.attention_bias = r.opt_bool("attention_bias").value_or(c.model_type == "qwen2" || c.model_type == "qwen2_moe");
   c.torch_dtype = r.opt_string("torch_dtype").value_or(r.opt_string("dtype").value_or(""));
   c.bos_token_id = r.opt_int("bos_token_id");
   c.pad_token_id = r.opt_int("pad_token_id");
@@ -144,7 +144,8 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   // Sliding window: mistral uses it when set; qwen2/qwen3 only with use_sliding_window.
   auto sw = r.opt_int("sliding_window");
   bool use_sw = c.model_type == "mistral" || c.model_type == "mixtral" || r.opt_bool("use_sliding_window").value_or(false);
-  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen2_moe" ||
+                    c.model_type == "qwen3_moe";
   // transformers' Qwen2/Qwen3 configs default sliding_window to 4096 and
   // max_window_layers to 28 when the keys are absent.
   if (qwen && use_sw && !sw) sw = 4096;
@@ -156,13 +157,25 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     c.num_experts = r.positive_int("num_local_experts");
     c.num_experts_per_tok = r.positive_int("num_experts_per_tok");
     c.intermediate_size = r.positive_int("intermediate_size");
-  } else if (c.model_type == "qwen3_moe") {
+    c.moe_intermediate_size = c.intermediate_size;
+    c.decoder_sparse_step = 1;
+    c.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises
+  } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") {
     c.num_experts = r.positive_int("num_experts");
     c.num_experts_per_tok = r.positive_int("num_experts_per_tok");
     c.moe_intermediate_size = r.positive_int("moe_intermediate_size");
     c.intermediate_size = r.opt_int("intermediate_size").value_or(0);
-    c.decoder_sparse_step = r.opt_int("decoder_sparse_step").value_or(1);
+    if (c.model_type == "qwen2_moe")
+      c.shared_expert_intermediate_size = r.opt_int("shared_expert_intermediate_size").value_or(0);
+    c.decoder_sparse_step = r.opt_int("decoder_sparse_step", false).value_or(1);
     c.norm_topk_prob = r.opt_bool("norm_topk_prob").value_or(false);
+    if (const json* m = r.get("mlp_only_layers")) {
+      if (!m->is_array()) r.bad("mlp_only_layers", "a list of layer indices", *m);
+      for (const json& v : *m) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) r.bad("mlp_only_layers", "a list of layer indices", *m);
+        c.mlp_only_layers.push_back(v.get<int64_t>());
+      }
+    }
   } else {
     c.intermediate_size = r.positive_int("intermediate_size");
   }
@@ -199,12 +212,21 @@ void check_model_config(ModelConfig& c, const std::string& where, const ConfigKe
   size("num_attention_heads", c.num_attention_heads, kMaxWidth);
   size("num_key_value_heads", c.num_key_value_heads, kMaxWidth);
   size("vocab_size", c.vocab_size, kMaxVocab);
-  // qwen3_moe models may have no dense MLP (intermediate_size 0).
-  if (c.model_type != "qwen3_moe" || c.intermediate_size != 0) size("intermediate_size", c.intermediate_size, kMaxWidth);
+  // Qwen MoE models whose every layer is sparse may have no dense MLP
+  // (intermediate_size 0); a dense layer needs one.
+  bool any_dense = !c.is_moe();
+  for (int64_t i = 0; i < c.num_hidden_layers && !any_dense; ++i) any_dense = !c.moe_layer(i);
+  if (any_dense || c.intermediate_size != 0) size("intermediate_size", c.intermediate_size, kMaxWidth);
   if (c.is_moe()) {
     size(c.model_type == "mixtral" ? "num_local_experts" : "num_experts", c.num_experts, kMaxLayers);
     size("num_experts_per_tok", c.num_experts_per_tok, c.num_experts);
-    if (c.model_type == "qwen3_moe") size("moe_intermediate_size", c.moe_intermediate_size, kMaxWidth);
+    size(c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size", c.moe_intermediate_size, kMaxWidth);
+    if (c.shared_expert_intermediate_size > kMaxWidth)
+      fail(key("shared_expert_intermediate_size") + " is above the limit of " + std::to_string(kMaxWidth));
+    for (int64_t l : c.mlp_only_layers)
+      if (l >= c.num_hidden_layers)
+        fail(key("mlp_only_layers") + " names layer " + std::to_string(l) + ", beyond " + key("num_hidden_layers") +
+             " " + std::to_string(c.num_hidden_layers));
   }
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_attention_heads != 0)

@@ -1,6 +1,7 @@
 // config.json of a Hugging Face decoder-only model, parsed and validated.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -24,7 +25,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;                 // llama, mistral, qwen2, qwen3, mixtral, qwen3_moe
+  std::string model_type;                 // llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe
   std::vector<std::string> architectures; // e.g. LlamaForCausalLM
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
@@ -44,16 +45,29 @@ struct ModelConfig {
   std::optional<int64_t> max_window_layers;
   std::string torch_dtype;  // "float16", "bfloat16", "float32" ("" if absent)
   std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
-  // Mixture of experts (mixtral, qwen3_moe): parsed for later use.
-  int64_t num_experts = 0;
+  // Mixture of experts (mixtral, qwen2_moe, qwen3_moe). A layer is sparse
+  // when moe_layer(i); the others are dense with intermediate_size.
+  int64_t num_experts = 0;           // mixtral: num_local_experts
   int64_t num_experts_per_tok = 0;
-  int64_t moe_intermediate_size = 0;
-  int64_t decoder_sparse_step = 0;
-  bool norm_topk_prob = false;
+  int64_t moe_intermediate_size = 0;  // each routed expert's width (mixtral: intermediate_size)
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe's shared expert (0: none)
+  int64_t decoder_sparse_step = 0;   // qwen: every step-th layer is sparse (mixtral: 1)
+  std::vector<int64_t> mlp_only_layers;  // qwen: layers kept dense
+  bool norm_topk_prob = false;       // renormalise the top-k routing weights (mixtral: always)
   std::optional<nlohmann::json> quantization_config;
   nlohmann::json raw;  // the whole config.json
 
   bool is_moe() const { return num_experts > 0; }
+  // Whether decoder layer i routes through experts (transformers' rule:
+  // not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0).
+  bool moe_layer(int64_t i) const {
+    if (!is_moe()) return false;
+    if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) return false;
+    return decoder_sparse_step <= 1 || (i + 1) % decoder_sparse_step == 0;
+  }
+  // The input width of a layer's down projection(s) and the output width of
+  // its gate/up: the dense MLP's or one routed expert's.
+  int64_t ffn_width(int64_t i) const { return moe_layer(i) ? moe_intermediate_size : intermediate_size; }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };

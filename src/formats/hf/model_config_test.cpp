@@ -105,7 +105,7 @@ struct BadConfig {
 TEST(ModelConfig, MalformedCorpus) {
   std::vector<BadConfig> cases = {
       {"unsupported architecture", [](json& j) { j["model_type"] = "gpt2"; }, ErrorKind::Unsupported,
-       "unsupported architecture 'gpt2' (model_type); supported: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe"},
+       "unsupported architecture 'gpt2' (model_type); supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe"},
       {"missing model_type", [](json& j) { j.erase("model_type"); }, ErrorKind::InvalidInput, "missing required key 'model_type'"},
       {"missing hidden_size", [](json& j) { j.erase("hidden_size"); }, ErrorKind::InvalidInput, "missing required key 'hidden_size'"},
       {"string hidden_size", [](json& j) { j["hidden_size"] = "4096"; }, ErrorKind::InvalidInput, "'hidden_size' must be a positive integer, got \"4096\""},
