@@ -22,10 +22,14 @@ namespace qf {
 namespace {
 
 std::string gguf_arch(const ModelConfig& c, const std::string& where) {
-  if (c.model_type == "llama" || c.model_type == "mistral") return "llama";
+  // llama.cpp runs Mixtral as llama with experts.
+  if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "mixtral") return "llama";
   if (c.model_type == "qwen2") return "qwen2";
   if (c.model_type == "qwen3") return "qwen3";
-  throw unsupported(where, "model_type '" + c.model_type + "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3)");
+  if (c.model_type == "qwen2_moe") return "qwen2moe";
+  if (c.model_type == "qwen3_moe") return "qwen3moe";
+  throw unsupported(where, "model_type '" + c.model_type +
+                               "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
 }
 
 // HF rotate-half rows -> llama.cpp's interleaved pairs: within each head of
@@ -76,10 +80,26 @@ std::string gguf_tensor_name(const std::string& n) {
       {"mlp.gate_proj.bias", "ffn_gate.bias"},
       {"mlp.up_proj.bias", "ffn_up.bias"},
       {"mlp.down_proj.bias", "ffn_down.bias"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
   };
   auto it = part.find(m[2].str());
   if (it == part.end()) return "";
   return "blk." + m[1].str() + "." + it->second;
+}
+
+GgufExpertSlab gguf_expert_slab(const std::string& n) {
+  static const std::regex expert(
+      R"(^model\.layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$)");
+  std::smatch m;
+  if (!std::regex_match(n, m, expert) || m[2].str().size() > 9) return {};
+  const std::string part = m[3].str();
+  const char* g = part == "w1" || part == "gate_proj" ? "ffn_gate_exps" : part == "w3" || part == "up_proj" ? "ffn_up_exps" : "ffn_down_exps";
+  return {"blk." + m[1].str() + "." + g + ".weight", std::stoll(m[2].str())};
 }
 
 GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std::filesystem::path& out,
@@ -88,8 +108,17 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const std::string where = dir.string();
   ModelConfig c = load_model_config(dir);
   if (c.quantization_config) throw unsupported(where, "the checkpoint is already quantized (config.json has a quantization_config)");
-  if (c.is_moe()) throw unsupported(where, "mixture-of-experts models cannot be converted to GGUF yet");
+  for (int64_t li = 0; li < c.num_hidden_layers && c.is_moe(); ++li)
+    if (!c.moe_layer(li))
+      throw unsupported(where, "layer " + std::to_string(li) + " is dense (mlp_only_layers / decoder_sparse_step) in a mixture-of-experts "
+                               "model; llama.cpp's " + c.model_type + " architecture has sparse layers only");
   const std::string arch = gguf_arch(c, where);
+  // llama.cpp renormalises the top-k routing weights for llama (Mixtral) and
+  // qwen3moe and never for qwen2moe; the file has no key to say otherwise.
+  if (c.is_moe() && c.norm_topk_prob != (arch != "qwen2moe"))
+    throw unsupported(where, std::string("norm_topk_prob ") + (c.norm_topk_prob ? "true" : "false") + " cannot be expressed in " +
+                                 "llama.cpp's " + arch + " architecture, which " + (arch == "qwen2moe" ? "never renormalises" : "always renormalises") +
+                                 " the top-k routing weights");
   const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
   Checkpoint ck = Checkpoint::open(dir);
@@ -98,21 +127,45 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const bool has_imatrix = !opts.imatrix.empty();
   if (has_imatrix) imatrix = read_imatrix(opts.imatrix);
 
-  // Which HF tensor becomes which GGUF tensor.
-  std::map<std::string, std::string> hf_of;  // gguf name -> hf name
+  // Which HF tensors become which GGUF tensor: one each, except the routed
+  // experts' matrices of a layer, stacked in expert order into one 3-D tensor
+  // (ne = [cols, rows, experts]) as llama.cpp holds them.
+  std::map<std::string, std::vector<std::string>> hf_of;  // gguf name -> hf names
+  std::map<std::string, std::vector<uint64_t>> ne_of;     // gguf name -> ne
   std::vector<gguf_mix::TensorDesc> descs;
   for (const std::string& name : ck.names()) {
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
-    const std::string g = gguf_tensor_name(name);
+    const GgufExpertSlab slab = gguf_expert_slab(name);
+    const std::string g = slab.name.empty() ? gguf_tensor_name(name) : slab.name;
     if (g.empty()) throw unsupported(where, "tensor '" + name + "' has no GGUF counterpart");
     const TensorInfo& ti = ck.info(name);
     if (!dtype_is_float(ti.dtype)) throw unsupported(where, "tensor '" + name + "' is " + dtype_name(ti.dtype) + ", not a float type");
-    std::vector<int64_t> ne(ti.shape.rbegin(), ti.shape.rend());
-    descs.push_back({g, ne});
-    hf_of[g] = name;
+    std::vector<uint64_t> ne(ti.shape.rbegin(), ti.shape.rend());
+    if (slab.name.empty()) {
+      hf_of[g] = {name};
+      ne_of[g] = ne;
+      continue;
+    }
+    if (ti.shape.size() != 2 || slab.expert >= c.num_experts)
+      throw invalid_input(where, "tensor '" + name + "': expected a 2-D matrix of one of the " + std::to_string(c.num_experts) +
+                                     " experts");
+    std::vector<std::string>& srcs = hf_of[g];
+    srcs.resize(static_cast<size_t>(c.num_experts));
+    srcs[static_cast<size_t>(slab.expert)] = name;
+    ne.push_back(static_cast<uint64_t>(c.num_experts));
+    if (ne_of.count(g) && ne_of[g] != ne)
+      throw invalid_input(where, "tensor '" + name + "' has another shape than the other experts' " + g.substr(g.rfind('.', g.size() - 8) + 1));
+    ne_of[g] = ne;
   }
-  gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, 0};
+  for (const auto& [g, srcs] : hf_of) {
+    for (size_t e = 0; e < srcs.size(); ++e)
+      if (srcs[e].empty())
+        throw not_found(where, "expert " + std::to_string(e) + "'s matrix for " + g + " is missing (the config has " +
+                                   std::to_string(c.num_experts) + " experts)");
+    descs.push_back({g, std::vector<int64_t>(ne_of[g].begin(), ne_of[g].end())});
+  }
+  gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.num_experts};
   const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix);
 
   GgufWriter w(out);
@@ -134,7 +187,14 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   w.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(c.num_key_value_heads));
   w.add_f32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
   w.add_f32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
-  if (c.head_dim != c.hidden_size / c.num_attention_heads || arch == "qwen3") {
+  if (c.is_moe()) {
+    w.add_u32(key("expert_count"), static_cast<uint32_t>(c.num_experts));
+    w.add_u32(key("expert_used_count"), static_cast<uint32_t>(c.num_experts_per_tok));
+    if (arch != "llama") w.add_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(c.moe_intermediate_size));
+    if (c.shared_expert_intermediate_size > 0)
+      w.add_u32(key("expert_shared_feed_forward_length"), static_cast<uint32_t>(c.shared_expert_intermediate_size));
+  }
+  if (c.head_dim != c.hidden_size / c.num_attention_heads || arch == "qwen3" || arch == "qwen3moe") {
     w.add_u32(key("attention.key_length"), static_cast<uint32_t>(c.head_dim));
     w.add_u32(key("attention.value_length"), static_cast<uint32_t>(c.head_dim));
   }
@@ -181,9 +241,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   GgufConvertResult res;
   if (!rope_freqs.empty()) w.declare_tensor("rope_freqs.weight", ggml_type::F32, {rope_freqs.size()});
   for (const auto& p : plans) {
-    const TensorInfo& ti = ck.info(hf_of.at(p.name));
-    std::vector<uint64_t> dims(ti.shape.rbegin(), ti.shape.rend());
-    w.declare_tensor(p.name, p.type, dims);
+    w.declare_tensor(p.name, p.type, ne_of.at(p.name));
     if (!p.note.empty() && opts.note) opts.note(p.note);
   }
   if (!rope_freqs.empty()) w.write_tensor_data("rope_freqs.weight", rope_freqs.data(), rope_freqs.size() * 4);
@@ -192,16 +250,25 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   // One f32 buffer for the largest tensor and one output buffer, reused: a
   // fresh allocation per tensor would pay its page faults again every time.
   size_t max_numel = 0;
-  for (const auto& p : plans) max_numel = std::max<size_t>(max_numel, static_cast<size_t>(shape_numel(ck.info(hf_of.at(p.name)).shape)));
+  for (const auto& p : plans) {
+    size_t n = 1;
+    for (uint64_t d : ne_of.at(p.name)) n *= static_cast<size_t>(d);
+    max_numel = std::max(max_numel, n);
+  }
   std::unique_ptr<float[]> f(new float[std::max<size_t>(1, max_numel)]);
   std::vector<uint8_t> buf;
   for (const auto& p : plans) {
-    const std::string& hf = hf_of.at(p.name);
-    Tensor t = ck.tensor(hf);
-    res.input_bytes += t.nbytes();
+    const std::vector<std::string>& hf_names = hf_of.at(p.name);
+    std::vector<Tensor> ts;  // one, or each expert's slab of a stacked tensor
+    for (const std::string& n : hf_names) ts.push_back(ck.tensor(n));
+    const Tensor& t = ts.front();
     const int64_t cols = t.ndim() == 1 ? t.dim(0) : t.dim(-1);
-    const int64_t rows = t.numel() / std::max<int64_t>(1, cols);
-    if (t.ndim() == 2) res.parameters += static_cast<uint64_t>(t.numel());
+    const int64_t slab_rows = t.numel() / std::max<int64_t>(1, cols);
+    const int64_t rows = slab_rows * static_cast<int64_t>(ts.size());
+    for (const Tensor& x : ts) {
+      res.input_bytes += x.nbytes();
+      if (x.ndim() == 2) res.parameters += static_cast<uint64_t>(x.numel());
+    }
     // llama's q and k rows (bias elements) are reordered per head as they are
     // decoded; a 1-D tensor is decoded as numel rows of one element for that.
     int64_t heads = 0;
@@ -224,6 +291,11 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     const float* imp = importance.empty() ? nullptr : importance.data();
     const size_t in_row_bytes = static_cast<size_t>(dcols) * dtype_size(t.dtype());
     const auto* src = static_cast<const uint8_t*>(t.data());
+    // Row r of the (stacked) tensor: row r % slab_rows of slab r / slab_rows.
+    const auto row_src = [&](int64_t r) {
+      return static_cast<const uint8_t*>(ts[static_cast<size_t>(r / slab_rows)].data()) +
+             static_cast<size_t>(r % slab_rows) * in_row_bytes;
+    };
     // Decode, check and quantize a chunk of rows at a time, all on the pool:
     // the rows are still in cache when they are quantized.
     const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
@@ -236,7 +308,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     pool.parallel_for(rows, grain, [&](const Chunk& ch) {
       if (dcols == cols)
         for (int64_t r = ch.begin; r < ch.end; ++r)
-          convert(src + static_cast<size_t>(permuted_qk_source(r, heads, rows)) * in_row_bytes, t.dtype(),
+          convert(heads ? src + static_cast<size_t>(permuted_qk_source(r, heads, rows)) * in_row_bytes : row_src(r), t.dtype(),
                   f.get() + r * cols, DType::F32, static_cast<size_t>(cols));
       if (!opts.allow_nonfinite) bad[static_cast<size_t>(ch.index)] = first_nonfinite(f.get(), ch.begin, ch.end, cols);
       if (quantize)
@@ -246,14 +318,15 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     for (const int64_t i : bad) {
       if (i < 0) continue;
       const int64_t r = i / cols, c0 = i % cols;
-      const int64_t at = dcols == cols ? permuted_qk_source(r, heads, rows) * cols + c0 : permuted_qk_source(i, heads, drows);
+      const int64_t at = dcols == cols ? permuted_qk_source(r % slab_rows, heads, slab_rows) * cols + c0 : permuted_qk_source(i, heads, drows);
+      const std::string& hf = hf_names[static_cast<size_t>(r / slab_rows)];
       throw invalid_input(dir.string(), hf + " [" + std::to_string(at / cols) + ", " + std::to_string(at % cols) + "] is " + (std::isnan(f[i]) ? "nan" : "infinite") +
                                             "; a model with non-finite weights converts to a meaningless file (--allow-nonfinite overrides)");
     }
     if (quantize)
       w.write_tensor_data(p.name, buf.data(), buf.size());
     else
-      w.write_tensor_data(p.name, f.get(), static_cast<size_t>(t.numel()) * 4);
+      w.write_tensor_data(p.name, f.get(), static_cast<size_t>(rows * cols) * 4);
     res.types.emplace_back(p.name, p.type);
     progress.add();
   }

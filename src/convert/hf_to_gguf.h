@@ -32,8 +32,19 @@ struct GgufConvertResult {
   std::vector<std::pair<std::string, uint32_t>> types;  // tensor -> ggml type, in file order
 };
 
-// The GGUF name of a Hugging Face tensor ("" when it has none).
+// The GGUF name of a Hugging Face tensor ("" when it has none; routed
+// experts' matrices see gguf_expert_slab).
 std::string gguf_tensor_name(const std::string& hf_name);
+
+// A routed expert's matrix ("model.layers.N.block_sparse_moe.experts.E.w1.weight",
+// "model.layers.N.mlp.experts.E.down_proj.weight") is slab E of llama.cpp's
+// stacked tensor ("blk.N.ffn_gate_exps.weight", "blk.N.ffn_down_exps.weight");
+// name "" for any other tensor.
+struct GgufExpertSlab {
+  std::string name;
+  int64_t expert = -1;
+};
+GgufExpertSlab gguf_expert_slab(const std::string& hf_name);
 
 GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out,
                                      const GgufConvertOptions& opts, ThreadPool& pool);

@@ -13,6 +13,7 @@
 #include "formats/gguf/gguf.h"
 #include "formats/gguf/imatrix.h"
 #include "formats/llama2c/llama2c_model.h"
+#include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
 #include "test_util.h"
@@ -33,7 +34,17 @@ TEST(HfToGguf, TensorNames) {
   EXPECT_EQ(gguf_tensor_name("model.layers.3.self_attn.q_norm.weight"), "blk.3.attn_q_norm.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.2.post_attention_layernorm.weight"), "blk.2.ffn_norm.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.down_proj.weight"), "blk.2.ffn_down.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.2.block_sparse_moe.gate.weight"), "");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.block_sparse_moe.gate.weight"), "blk.2.ffn_gate_inp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.gate.weight"), "blk.2.ffn_gate_inp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.shared_expert_gate.weight"), "blk.1.ffn_gate_inp_shexp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.shared_expert.down_proj.weight"), "blk.1.ffn_down_shexp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.block_sparse_moe.experts.3.w1.weight"), "");
+  EXPECT_EQ(gguf_expert_slab("model.layers.2.block_sparse_moe.experts.3.w1.weight").name, "blk.2.ffn_gate_exps.weight");
+  EXPECT_EQ(gguf_expert_slab("model.layers.2.block_sparse_moe.experts.3.w3.weight").name, "blk.2.ffn_up_exps.weight");
+  EXPECT_EQ(gguf_expert_slab("model.layers.2.block_sparse_moe.experts.3.w2.weight").name, "blk.2.ffn_down_exps.weight");
+  EXPECT_EQ(gguf_expert_slab("model.layers.0.mlp.experts.17.down_proj.weight").name, "blk.0.ffn_down_exps.weight");
+  EXPECT_EQ(gguf_expert_slab("model.layers.0.mlp.experts.17.down_proj.weight").expert, 17);
+  EXPECT_EQ(gguf_expert_slab("model.layers.0.mlp.down_proj.weight").name, "");
 }
 
 // Converts the fixture once per preset for the whole suite.
@@ -197,6 +208,86 @@ TEST(HfToGguf, Stories260KConvertsWithFallbacks) {
     EXPECT_LT(r.ppl, 5.395 * (preset == std::string("Q8_0") ? 1.002 : 1.05)) << preset;
   }
 }
+
+// The mixture-of-experts architectures through GGUF: stacked expert tensors
+// (ne = [cols, rows, experts]), the router kept in f32, qwen2moe's shared
+// expert and its gate; the runtime reading the file back computes what it
+// computes from the Hugging Face folder. (The tiny models have no tokenizer
+// of their own: the fixture's is borrowed; only token ids are run here.)
+class HfToGgufMoe : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfToGgufMoe, RoundTripsThroughTheRuntime) {
+  const auto src = source_dir() / "tests" / "data" / "moe-tiny" / GetParam();
+  if (!std::filesystem::exists(src / "model.safetensors")) GTEST_SKIP() << src << " is absent";
+  TempDir t;
+  std::filesystem::create_directories(t.path() / "hf");
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"})
+    std::filesystem::copy_file(fixture() / f, t.path() / "hf" / f);
+  nlohmann::json cfg = nlohmann::json::parse(read_text_file(src / "config.json"));
+  if (!cfg.value("mlp_only_layers", nlohmann::json::array()).empty()) {
+    // llama.cpp's qwen2moe has sparse layers only: converting this model is
+    // refused, and its first (sparse) layer alone is converted instead.
+    std::filesystem::copy(src, t.path() / "dense");
+    EXPECT_QF_ERROR(convert_hf_to_gguf(t.path() / "dense", t.path() / "x.gguf", {}, ThreadPool::global()),
+                    ErrorKind::Unsupported, "sparse layers only");
+    EXPECT_FALSE(std::filesystem::exists(t.path() / "x.gguf"));
+    cfg["num_hidden_layers"] = 1;
+    cfg["mlp_only_layers"] = nlohmann::json::array();
+  }
+  write_file(t.path() / "hf" / "config.json", cfg.dump());
+  {
+    const Checkpoint ck = Checkpoint::open(src);
+    SafetensorsWriter w(t.path() / "hf");
+    for (const std::string& n : ck.names())
+      if (n.rfind("model.layers.", 0) != 0 || std::stoll(n.substr(13)) < cfg["num_hidden_layers"].get<int64_t>())
+        w.add(n, ck.tensor(n));
+    w.set_metadata({{"format", "pt"}});
+    w.finish();
+  }
+  auto hf = rt::load_hf_model(t.path() / "hf");
+  const ModelConfig& c = hf->config();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(static_cast<int32_t>(3 + (i * 37) % (c.vocab_size - 3)));
+  auto logits_of = [&](const rt::Model& m) {
+    rt::KvCache cache = m.make_cache(rt::KvDType::F16, static_cast<int64_t>(ids.size()));
+    const int32_t seq = cache.add_sequence();
+    rt::Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], seq, static_cast<int64_t>(i), true);
+    std::vector<float> out;
+    m.forward(b, cache, out, ThreadPool::global());
+    return out;
+  };
+  const std::vector<float> want = logits_of(*hf);
+  for (const char* preset : {"F16", "Q8_0"}) {
+    GgufConvertOptions o;
+    o.preset = preset;
+    const auto out = t.path() / (std::string(preset) + ".gguf");
+    convert_hf_to_gguf(t.path() / "hf", out, o, ThreadPool::global());
+    const GgufFile f = GgufFile::open(out);
+    const std::string arch = f.get_string("general.architecture");
+    EXPECT_EQ(f.get_u32(arch + ".expert_count"), static_cast<uint32_t>(c.num_experts));
+    EXPECT_EQ(f.get_u32(arch + ".expert_used_count"), static_cast<uint32_t>(c.num_experts_per_tok));
+    const GgufTensorInfo* exps = f.find_tensor("blk.0.ffn_down_exps.weight");
+    ASSERT_NE(exps, nullptr);
+    EXPECT_EQ(exps->dims, (std::vector<uint64_t>{static_cast<uint64_t>(c.moe_intermediate_size),
+                                                 static_cast<uint64_t>(c.hidden_size), static_cast<uint64_t>(c.num_experts)}));
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_inp.weight")->type, ggml_type::F32);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_exps.weight")->type, f.find_tensor("blk.0.ffn_up_exps.weight")->type);
+    auto g = rt::load_gguf_model(out);
+    EXPECT_EQ(g->config().model_type, c.model_type);
+    EXPECT_EQ(g->parameter_count(), hf->parameter_count());
+    const std::vector<float> got = logits_of(*g);
+    ASSERT_EQ(got.size(), want.size());
+    // F16: the same weights (the GGUF's llama q/k rows are permuted and rotated
+    // as pairs, the same arithmetic); Q8_0: 8-bit weights, logits of order 1.
+    const double bound = preset == std::string("F16") ? 1e-4 : 0.05;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    EXPECT_LE(worst, bound) << preset;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfToGgufMoe, ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"));
 
 }  // namespace
 }  // namespace qf

@@ -56,6 +56,35 @@ struct GgufReader {
     if (is_float(t.type)) return make_dense_linear(float_tensor(t), b ? &*b : nullptr, name);
     return make_block_linear(t.type, f->tensor_data(t), rows, cols, owner(), b ? &*b : nullptr, name);
   }
+  // A [rows, cols] Linear over `data` (rows of the tensor's type), viewed in place.
+  std::shared_ptr<Linear> view(const GgufTensorInfo& t, const uint8_t* data, int64_t rows, int64_t cols,
+                               const std::string& name) const {
+    if (is_float(t.type))
+      return make_dense_linear(Tensor::view_of(owner(), data, float_dtype(t.type), {rows, cols}), nullptr, name);
+    return make_block_linear(t.type, data, rows, cols, owner(), nullptr, name);
+  }
+  // Expert e of a stacked expert tensor (ne = [cols, rows, experts]).
+  std::shared_ptr<Linear> expert(const std::string& base, int64_t e, int64_t experts, int64_t rows, int64_t cols) const {
+    const std::string name = base + ".weight";
+    const GgufTensorInfo& t = info(name);
+    if (t.dims.size() != 3 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows) ||
+        t.dims[2] != static_cast<uint64_t>(experts))
+      throw invalid_input(where, "tensor '" + name + "' should have ne = [" + std::to_string(cols) + ", " + std::to_string(rows) +
+                                     ", " + std::to_string(experts) + "]");
+    const size_t row_bytes = is_float(t.type) ? static_cast<size_t>(cols) * dtype_size(float_dtype(t.type))
+                                              : kquants::row_size(t.type, cols);
+    const auto* data = static_cast<const uint8_t*>(f->tensor_data(t)) + static_cast<size_t>(e * rows) * row_bytes;
+    return view(t, data, rows, cols, name + " expert " + std::to_string(e));
+  }
+  // A [1, cols] Linear stored as ne = [cols] or [cols, 1] (qwen2moe's shared-expert gate).
+  std::shared_ptr<Linear> row_vector(const std::string& base, int64_t cols) const {
+    const std::string name = base + ".weight";
+    const GgufTensorInfo& t = info(name);
+    if (t.dims.empty() || t.dims.size() > 2 || t.dims[0] != static_cast<uint64_t>(cols) || (t.dims.size() == 2 && t.dims[1] != 1))
+      throw invalid_input(where, "tensor '" + name + "' should have ne = [" + std::to_string(cols) + "] or [" +
+                                     std::to_string(cols) + ", 1]");
+    return view(t, static_cast<const uint8_t*>(f->tensor_data(t)), 1, cols, name);
+  }
 };
 
 }  // namespace
@@ -63,11 +92,12 @@ struct GgufReader {
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string where = f.path().string();
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
-    throw unsupported(where, "general.architecture '" + arch + "' is not supported by the runtime (llama, mistral, qwen2, qwen3)");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen2moe" && arch != "qwen3moe")
+    throw unsupported(where, "general.architecture '" + arch +
+                                 "' is not supported by the runtime (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe)");
   auto key = [&](const std::string& k) { return arch + "." + k; };
   ModelConfig c;
-  c.model_type = arch == "mistral" ? "llama" : arch;
+  c.model_type = arch == "mistral" ? "llama" : arch == "qwen2moe" ? "qwen2_moe" : arch == "qwen3moe" ? "qwen3_moe" : arch;
   c.hidden_size = f.get_u32(key("embedding_length"));
   c.num_hidden_layers = f.get_u32(key("block_count"));
   c.num_attention_heads = f.get_u32(key("attention.head_count"));
@@ -81,8 +111,22 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.rope_theta = f.has(key("rope.freq_base")) ? f.get_f32(key("rope.freq_base")) : 10000.0;
   c.rms_norm_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
   if (f.has(key("attention.sliding_window"))) c.sliding_window = f.get_u32(key("attention.sliding_window"));
-  if (f.has(key("expert_count")) && f.get_u32(key("expert_count")) > 0)
-    throw unsupported(where, "mixture-of-experts GGUF models are not supported by the runtime yet");
+  const bool sparse = arch == "qwen2moe" || arch == "qwen3moe" || (f.has(key("expert_count")) && f.get_u32(key("expert_count")) > 0);
+  if (sparse) {
+    // llama.cpp's MoE graphs: softmax over the experts, top expert_used_count,
+    // renormalised for llama (Mixtral) and qwen3moe, not for qwen2moe; every
+    // layer sparse.
+    if (arch == "llama") c.model_type = "mixtral";
+    c.num_experts = f.get_u32(key("expert_count"));
+    c.num_experts_per_tok = f.get_u32(key("expert_used_count"));
+    c.moe_intermediate_size = arch == "llama" ? c.intermediate_size : f.get_u32(key("expert_feed_forward_length"));
+    if (f.has(key("expert_shared_feed_forward_length")))
+      c.shared_expert_intermediate_size = f.get_u32(key("expert_shared_feed_forward_length"));
+    else if (arch == "qwen2moe")
+      throw not_found(where, "key '" + key("expert_shared_feed_forward_length") + "' is missing");
+    c.decoder_sparse_step = 1;
+    c.norm_topk_prob = arch != "qwen2moe";
+  }
   if (f.has(key("rope.scaling.type"))) {
     const std::string t = f.get_string(key("rope.scaling.type"));
     if (t == "linear") {
@@ -113,7 +157,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       {"rope_theta", "rope.freq_base"},
       {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
       {"sliding_window", "attention.sliding_window"},
-      {"rope_scaling.factor", "rope.scaling.factor"}};
+      {"rope_scaling.factor", "rope.scaling.factor"},
+      {"num_experts", "expert_count"},
+      {"num_local_experts", "expert_count"},
+      {"num_experts_per_tok", "expert_used_count"},
+      {"moe_intermediate_size", "expert_feed_forward_length"}};
   check_model_config(c, where, [&](const std::string& k) {
     if (k == "vocab_size") return std::string("token_embd.weight ne[1] (vocabulary size)");
     auto it = kGgufKeys.find(k);
@@ -149,13 +197,13 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
 
   ModelWeights w;
   w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false);
-  const bool qkv_bias = arch == "qwen2";
+  const bool qkv_bias = arch == "qwen2" || arch == "qwen2moe";
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights l;
     l.attn_norm = r.vec(p + "attn_norm.weight", c.hidden_size);
     l.ffn_norm = r.vec(p + "ffn_norm.weight", c.hidden_size);
-    if (arch == "qwen3") {
+    if (arch == "qwen3" || arch == "qwen3moe") {
       l.q_norm = r.vec(p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = r.vec(p + "attn_k_norm.weight", c.head_dim);
     }
@@ -163,9 +211,23 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
     l.k = r.linear(p + "attn_k", c.kv_dim(), c.hidden_size, qkv_bias);
     l.v = r.linear(p + "attn_v", c.kv_dim(), c.hidden_size, qkv_bias);
     l.o = r.linear(p + "attn_output", c.hidden_size, c.q_dim(), false);
-    l.gate = r.linear(p + "ffn_gate", c.intermediate_size, c.hidden_size, false);
-    l.up = r.linear(p + "ffn_up", c.intermediate_size, c.hidden_size, false);
-    l.down = r.linear(p + "ffn_down", c.hidden_size, c.intermediate_size, false);
+    if (c.moe_layer(i)) {
+      const int64_t E = c.num_experts, ff = c.moe_intermediate_size, h = c.hidden_size;
+      l.moe.router = r.linear(p + "ffn_gate_inp", E, h, false);
+      for (int64_t e = 0; e < E; ++e)
+        l.moe.experts.push_back({r.expert(p + "ffn_gate_exps", e, E, ff, h), r.expert(p + "ffn_up_exps", e, E, ff, h),
+                                 r.expert(p + "ffn_down_exps", e, E, h, ff)});
+      if (c.shared_expert_intermediate_size > 0) {
+        const int64_t sf = c.shared_expert_intermediate_size;
+        l.moe.shared = {r.linear(p + "ffn_gate_shexp", sf, h, false), r.linear(p + "ffn_up_shexp", sf, h, false),
+                        r.linear(p + "ffn_down_shexp", h, sf, false)};
+        l.moe.shared_gate = r.row_vector(p + "ffn_gate_inp_shexp", h);
+      }
+    } else {
+      l.gate = r.linear(p + "ffn_gate", c.intermediate_size, c.hidden_size, false);
+      l.up = r.linear(p + "ffn_up", c.intermediate_size, c.hidden_size, false);
+      l.down = r.linear(p + "ffn_down", c.hidden_size, c.intermediate_size, false);
+    }
     w.layers.push_back(std::move(l));
   }
   w.final_norm = r.vec("output_norm.weight", c.hidden_size);
