@@ -51,6 +51,11 @@ class Reader:
 
 
 def tensors(path):
+    return read_gguf(path)[1]
+
+
+def read_gguf(path):
+    """(metadata dict, {name: (ggml type, ne, data bytes)})."""
     f = open(path, "rb")
     buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     r = Reader(buf, path)
@@ -61,9 +66,11 @@ def tensors(path):
     if version < 2:
         sys.exit(f"{path}: GGUF version {version} is not supported")
     alignment = 32
+    kv = {}
     for _ in range(n_kv):
         key, t = r.string(), r.take("I")
         v = r.value(t)
+        kv[key] = v
         if key == "general.alignment":
             alignment = v
     infos = []
@@ -85,7 +92,7 @@ def tensors(path):
         if data + off + size > len(buf):
             sys.exit(f"{path}: tensor {name} runs past the end of the file")
         out[name] = (t, dims, buf[data + off:data + off + size])
-    return out
+    return kv, out
 
 
 def main():

@@ -21,19 +21,30 @@ std::string entry_name(int64_t layer, rt::LinearObserver::Slot slot) {
   return "blk." + std::to_string(layer) + "." + parts[slot] + ".weight";
 }
 
+// Sums of squared inputs per weight, as llama-imatrix collects them: one
+// entry per matrix, and for a layer's stacked routed experts (ffn_*_exps) one
+// row of sums and one count per expert, each from the tokens routed to it.
 class SquareSums final : public rt::LinearObserver {
  public:
-  explicit SquareSums(bool output) : output_(output) {}
+  SquareSums(bool output, int64_t experts, bool shared) : output_(output), experts_(experts), shared_(shared) {}
 
   void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) override {
     if (slot == LmHead && !output_) return;
-    Acc& a = acc_[entry_name(layer, slot)];
-    if (a.sum.empty()) a.sum.assign(static_cast<size_t>(in), 0.0);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* r = x + t * in;
-      for (int64_t j = 0; j < in; ++j) a.sum[static_cast<size_t>(j)] += static_cast<double>(r[j]) * r[j];
-    }
-    a.count += n;
+    add(entry_name(layer, slot), 0, 1, x, n, in);
+  }
+  void observe_moe_input(int64_t layer, const float* xn, int64_t n, int64_t hidden) override {
+    const std::string p = "blk." + std::to_string(layer) + ".";
+    add(p + "ffn_gate_inp.weight", 0, 1, xn, n, hidden);  // the router
+    if (shared_) add(p + "ffn_gate_inp_shexp.weight", 0, 1, xn, n, hidden);
+  }
+  void observe_expert(int64_t layer, int64_t e, Slot slot, const float* x, int64_t n, int64_t in) override {
+    const std::string p = "blk." + std::to_string(layer) + ".";
+    const bool sh = e == rt::kSharedExpert;
+    const int64_t m = sh ? 0 : e, nmat = sh ? 1 : experts_;
+    const char* suffix = sh ? "_shexp.weight" : "_exps.weight";
+    if (slot == Down) return add(p + "ffn_down" + suffix, m, nmat, x, n, in);
+    add(p + "ffn_gate" + suffix, m, nmat, x, n, in);  // gate and up read the same rows
+    add(p + "ffn_up" + suffix, m, nmat, x, n, in);
   }
 
   Imatrix result() const {
@@ -41,7 +52,9 @@ class SquareSums final : public rt::LinearObserver {
     for (const auto& [k, a] : acc_) {
       ImatrixEntry e;
       e.in_sum2.assign(a.sum.begin(), a.sum.end());
-      e.count = static_cast<float>(a.count);
+      for (int64_t c : a.counts) e.count += static_cast<float>(c);
+      if (a.counts.size() > 1)
+        for (int64_t c : a.counts) e.expert_counts.push_back(static_cast<float>(c));
       m.entries.emplace(k, std::move(e));
     }
     return m;
@@ -49,10 +62,23 @@ class SquareSums final : public rt::LinearObserver {
 
  private:
   struct Acc {
-    std::vector<double> sum;
-    int64_t count = 0;
+    std::vector<double> sum;     // nmat x in
+    std::vector<int64_t> counts; // nmat
   };
+  // Rows of matrix `m` of an entry holding `nmat` of them.
+  void add(const std::string& name, int64_t m, int64_t nmat, const float* x, int64_t n, int64_t in) {
+    Acc& a = acc_[name];
+    if (a.sum.empty()) a.sum.assign(static_cast<size_t>(nmat * in), 0.0), a.counts.assign(static_cast<size_t>(nmat), 0);
+    double* s = a.sum.data() + m * in;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = x + t * in;
+      for (int64_t j = 0; j < in; ++j) s[j] += static_cast<double>(r[j]) * r[j];
+    }
+    a.counts[static_cast<size_t>(m)] += n;
+  }
   bool output_;
+  int64_t experts_;
+  bool shared_;
   std::map<std::string, Acc> acc_;
 };
 
@@ -99,9 +125,6 @@ Imatrix device_imatrix(const rt::Model& model, const Tokenizer& tok, const std::
 Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,
                         const ImatrixOptions& o, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
   if (o.ctx < 2) throw Error(ErrorKind::Usage, "imatrix: --ctx must be at least 2");
-  if (model.config().is_moe())
-    throw unsupported("imatrix", "importance matrices of mixture-of-experts models (model_type '" +
-                                     model.config().model_type + "') are not supported: GGUF cannot hold these models yet");
   if (model.max_context() > 0 && o.ctx > model.max_context())
     throw invalid_input("imatrix", "context " + std::to_string(o.ctx) + " exceeds the model's maximum of " +
                                        std::to_string(model.max_context()));
@@ -116,7 +139,7 @@ Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std:
   if (o.device != device::Kind::Cpu) {
     m = device_imatrix(model, tok, ids, chunks, o, progress);
   } else {
-    SquareSums sums(o.process_output);
+    SquareSums sums(o.process_output, model.config().num_experts, model.config().shared_expert_intermediate_size > 0);
     std::vector<float> logits;
     for (int64_t c = 0; c < chunks; ++c) {
       rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);

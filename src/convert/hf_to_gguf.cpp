@@ -280,9 +280,11 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
       importance = imatrix.importance(p.name);
       if (importance.empty()) {
         if (opts.note) opts.note(p.name + ": no importance data in " + opts.imatrix.string() + "; quantized without it");
-      } else if (static_cast<int64_t>(importance.size()) != cols) {
+      } else if (static_cast<int64_t>(importance.size()) != cols * static_cast<int64_t>(ts.size())) {
+        // A stacked expert tensor takes one row of importance per expert.
         throw invalid_input(opts.imatrix.string(), "entry '" + p.name + "' has " + std::to_string(importance.size()) +
-                                                       " values but the tensor's rows have " + std::to_string(cols));
+                                                       " values but the tensor's rows have " + std::to_string(cols) +
+                                                       (ts.size() > 1 ? " for each of " + std::to_string(ts.size()) + " experts" : ""));
       }
     }
     const bool quantize = p.type != ggml_type::F32;
@@ -298,7 +300,9 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     };
     // Decode, check and quantize a chunk of rows at a time, all on the pool:
     // the rows are still in cache when they are quantized.
-    const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
+    int64_t grain = std::max<int64_t>(1, std::min<int64_t>(rows, 32 * 512 / std::max<int64_t>(1, cols)));
+    if (ts.size() > 1)  // chunks within one expert's slab (each has its own importance row)
+      while (slab_rows % grain != 0) --grain;
     const auto chunks = partition(rows, grain);
     std::vector<int64_t> bad(chunks.size(), -1);
     if (dcols != cols)  // a permuted 1-D tensor
@@ -313,7 +317,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
       if (!opts.allow_nonfinite) bad[static_cast<size_t>(ch.index)] = first_nonfinite(f.get(), ch.begin, ch.end, cols);
       if (quantize)
         kquants::quantize_rows(p.type, f.get() + ch.begin * cols, buf.data() + static_cast<size_t>(ch.begin) * row_bytes,
-                               ch.end - ch.begin, cols, imp);
+                               ch.end - ch.begin, cols, imp ? imp + (ch.begin / slab_rows) * cols : nullptr);
     });
     for (const int64_t i : bad) {
       if (i < 0) continue;

@@ -33,6 +33,12 @@ void check_entry(const std::string& where, const ImatrixEntry& e) {
   if (e.in_sum2.empty()) throw invalid_input(where, "imatrix entry has no values");
   if (!std::isfinite(e.count) || e.count <= 0)
     throw invalid_input(where, "imatrix count " + std::to_string(e.count) + " is not a positive number");
+  if (e.in_sum2.size() % static_cast<size_t>(e.nmat()) != 0)
+    throw invalid_input(where, "imatrix entry of " + std::to_string(e.nmat()) + " matrices holds " +
+                                   std::to_string(e.in_sum2.size()) + " values, not a multiple");
+  for (float c : e.expert_counts)
+    if (!std::isfinite(c) || c < 0)
+      throw invalid_input(where, "imatrix expert count " + std::to_string(c) + " is not a count");
   // Sums of squares (legacy .dat: mean squares times ncall) cannot be negative.
   for (size_t j = 0; j < e.in_sum2.size(); ++j)
     if (!std::isfinite(e.in_sum2[j]) || e.in_sum2[j] < 0)
@@ -168,16 +174,20 @@ Imatrix read_gguf(const fs::path& path) {
       throw invalid_input(where + ": " + sums->name,
                           "imatrix sums have " + std::to_string(sums->dims.size()) + " dimensions, expected 1 or 2");
     const uint64_t nmat = sums->dims.size() == 2 ? sums->dims[1] : 1;
-    if (nmat > 1)
-      throw unsupported(at, "imatrix entry for " + std::to_string(nmat) +
-                                " matrices (MoE experts) is not supported; only single-matrix weights are");
     if (counts->numel() != nmat || counts->dims[0] != 1)
       throw invalid_input(where + ": " + counts->name,
                           "imatrix counts hold " + std::to_string(counts->numel()) + " values, expected " +
                               std::to_string(nmat));
     ImatrixEntry e;
     e.in_sum2 = read_f32_tensor(f, *sums);
-    e.count = read_f32_tensor(f, *counts)[0];
+    const std::vector<float> c = read_f32_tensor(f, *counts);
+    if (nmat > 1) {
+      e.expert_counts = c;
+      e.count = 0;
+      for (float v : c) e.count += v;
+    } else {
+      e.count = c[0];
+    }
     check_entry(at, e);
     m.entries.emplace(name, std::move(e));
   }
@@ -190,8 +200,15 @@ Imatrix read_gguf(const fs::path& path) {
 std::vector<float> Imatrix::importance(const std::string& tensor) const {
   auto it = entries.find(tensor);
   if (it == entries.end()) return {};
-  std::vector<float> out(it->second.in_sum2.size());
-  for (size_t j = 0; j < out.size(); ++j) out[j] = it->second.in_sum2[j] / it->second.count;
+  const ImatrixEntry& e = it->second;
+  std::vector<float> out(e.in_sum2.size());
+  if (e.expert_counts.empty()) {
+    for (size_t j = 0; j < out.size(); ++j) out[j] = e.in_sum2[j] / e.count;
+    return out;
+  }
+  const size_t in = out.size() / e.expert_counts.size();
+  for (size_t x = 0; x < e.expert_counts.size(); ++x)
+    for (size_t j = x * in; j < (x + 1) * in; ++j) out[j] = e.expert_counts[x] > 0 ? e.in_sum2[j] / e.expert_counts[x] : 1.0f;
   return out;
 }
 
@@ -219,6 +236,13 @@ void write_imatrix_gguf(const Imatrix& m, const fs::path& path) {
   w.add_u32(kKeyChunkCount, m.chunk_count);
   w.add_u32(kKeyChunkSize, m.chunk_size);
   for (const auto& [name, e] : m.entries) {  // std::map: sorted names, as llama-imatrix writes them
+    if (!e.expert_counts.empty()) {  // ne = [in_features, nmat] and [1, nmat]
+      const uint64_t nmat = e.expert_counts.size();
+      w.add_tensor(name + kSumsSuffix, ggml_type::F32, {e.in_sum2.size() / nmat, nmat}, e.in_sum2.data(),
+                   e.in_sum2.size() * sizeof(float));
+      w.add_tensor(name + kCountsSuffix, ggml_type::F32, {1, nmat}, e.expert_counts.data(), nmat * sizeof(float));
+      continue;
+    }
     w.add_tensor(name + kSumsSuffix, ggml_type::F32, {e.in_sum2.size()}, e.in_sum2.data(),
                  e.in_sum2.size() * sizeof(float));
     const float count = e.count;

@@ -21,10 +21,12 @@
 // GGUF whose general.type is not "imatrix" or that lacks the imatrix.* keys,
 // in_sum2 without counts (or the reverse), non-F32 tensors, count <= 0,
 // non-finite values (llama-quantize rejects those) and negative values (sums of
-// squares cannot be negative). MoE entries (nmat > 1) are
-// Unsupported, naming the tensor. llama-quantize treats a zero count as "no
-// data, use 1"; llama-imatrix only writes zero counts for unused MoE experts,
-// which are rejected anyway, so a zero count is an error here.
+// squares cannot be negative). MoE entries (nmat > 1: a stacked expert tensor,
+// one row of sums and one count per expert) may have zero counts for experts
+// no token reached, as llama-imatrix writes them; importance() then gives 1
+// for that expert's columns, as llama-quantize reads them. A single-matrix
+// entry (or an MoE entry whose every count is zero) with a zero count is an
+// error.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,10 @@
 namespace qf {
 
 struct ImatrixEntry {
-  std::vector<float> in_sum2;  // per input column: sum over tokens of x^2
-  float count = 0;             // number of tokens (legacy .dat: ncall)
+  std::vector<float> in_sum2;  // per input column (per expert, expert-major): sum over tokens of x^2
+  float count = 0;             // number of tokens (legacy .dat: ncall); MoE entries: their sum
+  std::vector<float> expert_counts;  // MoE entries (nmat > 1): tokens per expert; empty otherwise
+  int64_t nmat() const { return expert_counts.empty() ? 1 : static_cast<int64_t>(expert_counts.size()); }
 };
 
 struct Imatrix {
@@ -46,7 +50,9 @@ struct Imatrix {
   uint32_t chunk_count = 0, chunk_size = 0;  // chunk_size is 0 for a legacy .dat (not stored there)
 
   // Mean squared activation per input column (in_sum2[j] / count, in float, as
-  // llama-quantize computes it): the weights quantize_rows takes. Empty if absent.
+  // llama-quantize computes it): the weights quantize_rows takes. MoE entries:
+  // nmat x in_features values, expert by expert, 1 for an expert with no
+  // tokens. Empty if absent.
   std::vector<float> importance(const std::string& tensor) const;
 };
 

@@ -211,10 +211,24 @@ TEST(Imatrix, RejectsNonFiniteValues) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
-TEST(Imatrix, MoEEntriesAreUnsupported) {
+TEST(Imatrix, MoEEntriesHoldOneRowAndCountPerExpert) {
   TempDir dir;
   write_raw_imatrix(dir / "moe.gguf", {1, 2, 3, 4, 5, 6, 7, 8}, {4, 2}, {3, 5}, {1, 2});
-  EXPECT_QF_ERROR(qf::read_imatrix(dir / "moe.gguf"), qf::ErrorKind::Unsupported, "blk.0.attn_k.weight");
+  const qf::Imatrix moe = qf::read_imatrix(dir / "moe.gguf");
+  EXPECT_EQ(moe.entries.at("blk.0.attn_k.weight").nmat(), 2);
+  EXPECT_EQ(moe.importance("blk.0.attn_k.weight"),
+            (std::vector<float>{1 / 3.f, 2 / 3.f, 3 / 3.f, 4 / 3.f, 5 / 5.f, 6 / 5.f, 7 / 5.f, 8 / 5.f}));
+  // An expert no token reached keeps its zero count (llama-quantize: importance 1) and round-trips.
+  write_raw_imatrix(dir / "partial.gguf", {1, 2, 0, 0}, {2, 2}, {2, 0}, {1, 2});
+  const qf::Imatrix partial = qf::read_imatrix(dir / "partial.gguf");
+  EXPECT_EQ(partial.importance("blk.0.attn_k.weight"), (std::vector<float>{0.5f, 1.0f, 1.0f, 1.0f}));
+  qf::write_imatrix_gguf(partial, dir / "again.gguf");
+  const qf::Imatrix again = qf::read_imatrix(dir / "again.gguf");
+  EXPECT_EQ(again.entries.at("blk.0.attn_k.weight").expert_counts, (std::vector<float>{2, 0}));
+  EXPECT_EQ(again.entries.at("blk.0.attn_k.weight").in_sum2, (std::vector<float>{1, 2, 0, 0}));
+  // Every expert without tokens: no data at all.
+  write_raw_imatrix(dir / "none.gguf", {0, 0, 0, 0}, {2, 2}, {0, 0}, {1, 2});
+  EXPECT_QF_ERROR(qf::read_imatrix(dir / "none.gguf"), qf::ErrorKind::InvalidInput, "blk.0.attn_k.weight");
   // nmat = 1 written as 2-D [n, 1] is accepted.
   write_raw_imatrix(dir / "one.gguf", {1, 2, 3, 4}, {4, 1}, {2}, {1, 1});
   EXPECT_EQ(qf::read_imatrix(dir / "one.gguf").importance("blk.0.attn_k.weight"),
