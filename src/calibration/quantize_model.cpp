@@ -166,6 +166,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     QuantizedLinearResult out;
     out.name = in.name;
     out.note = in.note;
+    out.expert_tokens = in.expert_tokens;
     if (gptq && !in.hessian) {
       // An expert no calibration token reached: round-to-nearest in the same scheme.
       out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
@@ -291,6 +292,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
                                 {"bits_per_weight", stored_bits_per_weight(d.q)},
                                 {"error", d.error},
                                 {"seconds", d.seconds}});
+      if (d.expert_tokens >= 0) linear_reports.back()["expert_calibration_tokens"] = d.expert_tokens;
+      if (!d.note.empty()) linear_reports.back()["note"] = d.note;
     }
     char line[256];
     std::snprintf(line, sizeof line, "layer %lld/%lld: %zu linears in %.2f s, relative error mean %.3g, max %.3g",

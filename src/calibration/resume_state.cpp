@@ -217,6 +217,7 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
                        {"error", d.error},
                        {"seconds", d.seconds},
                        {"note", d.note},
+                       {"expert_tokens", d.expert_tokens},
                        {"act", d.act ? act_json(*d.act) : json()}});
     // Codes of 4 bits or fewer two to a byte (low nibble first): the state is
     // written once per layer and its size is most of its cost.
@@ -292,6 +293,7 @@ SavedLayer ResumeState::restore_layer(const ModelConfig& c, int64_t li, rt::Laye
       d.error = l.at("error").get<double>();
       d.seconds = l.at("seconds").get<double>();
       d.note = l.at("note").get<std::string>();
+      d.expert_tokens = l.value("expert_tokens", int64_t{-1});
       if (!l.at("act").is_null()) d.act = act_from(l.at("act"), where);
       s.done.push_back(std::move(d));
     }

@@ -328,9 +328,10 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
           if (obs) {
             ex = expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
                               opts.hessian_weighted_error, opts.observe_ranges, pool);
-            token_line += (token_line.empty() ? "" : " ") +
-                          (sl.expert == rt::kSharedExpert ? std::string("shared") : std::to_string(sl.expert)) + ":" +
-                          std::to_string(ex->tokens);
+            // Built with append(): GCC 12's -Wrestrict misfires on a chain of string +.
+            if (!token_line.empty()) token_line.push_back(' ');
+            token_line.append(sl.expert == rt::kSharedExpert ? std::string("shared") : std::to_string(sl.expert));
+            token_line.append(":").append(std::to_string(ex->tokens));
             if (ex->tokens == 0 && opts.observe_ranges) {
               // Input ranges from every token instead, so that a static activation scale still covers what the expert would see.
               const ExpertStats all = expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool);

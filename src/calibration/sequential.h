@@ -57,6 +57,7 @@ struct QuantizedLinearResult {
   double error = 0;      // relative output error estimate sum (dW^2 diag H) / sum (W^2 diag H)
   double seconds = 0;
   std::string note;      // e.g. a GPTQ fallback
+  int64_t expert_tokens = -1;  // an expert's Linear: the calibration tokens its statistics came from
   std::optional<ActQuantParams> act;  // the input quantizer, when activations are quantized
 };
 

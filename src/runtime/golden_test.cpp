@@ -91,11 +91,18 @@ TEST_F(Stories, ConvertedTokenizerEncodesLikeLlama2c) {
 
 std::filesystem::path fixture_dir() { return source_dir() / "tests" / "data" / "fixture-llama"; }
 
-TEST(Fixture, PerplexityMatchesTrainingReport) {
-  auto report = nlohmann::json::parse(read_text_file(fixture_dir() / "training_report.json"));
+// The bundled trained models against their training reports: the dense
+// fixture and the Mixtral-layout one.
+class TrainedFixture : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::filesystem::path dir() const { return source_dir() / "tests" / "data" / GetParam(); }
+};
+
+TEST_P(TrainedFixture, PerplexityMatchesTrainingReport) {
+  auto report = nlohmann::json::parse(read_text_file(dir() / "training_report.json"));
   const auto& ev = report.at("eval").at("evaluation.txt");
-  auto model = load_model(fixture_dir().string());
-  auto tok = load_tokenizer(fixture_dir());
+  auto model = load_model(dir().string());
+  auto tok = load_tokenizer(dir());
   eval::PplOptions o;  // the report's convention: <s> per line, 512-token windows, tail kept
   o.mode = eval::PplMode::Windows;
   o.ctx = 512;
@@ -107,17 +114,20 @@ TEST(Fixture, PerplexityMatchesTrainingReport) {
   EXPECT_NEAR(r.nll_mean, ev.at("loss").get<double>(), 2e-5);
 }
 
-TEST(Fixture, GreedyTextMatchesTrainingReport) {
-  auto report = nlohmann::json::parse(read_text_file(fixture_dir() / "training_report.json"));
+TEST_P(TrainedFixture, GreedyTextMatchesTrainingReport) {
+  auto report = nlohmann::json::parse(read_text_file(dir() / "training_report.json"));
   const std::string prompt = report.at("greedy_sample").at("prompt"), want = report.at("greedy_sample").at("text");
-  auto model = load_model(fixture_dir().string());
-  auto tok = load_tokenizer(fixture_dir());
+  auto model = load_model(dir().string());
+  auto tok = load_tokenizer(dir());
   GenerateOptions o;
   o.max_new_tokens = static_cast<int64_t>(tok->encode(want, false).size());
   std::string got;
   generate(*model, *tok, prompt, o, ThreadPool::global(), [&](const std::string& s) { got += s; });
   EXPECT_EQ(got.substr(0, want.size()), want);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainedFixture, ::testing::Values("fixture-llama", "fixture-mixtral"),
+                         [](const auto& info) { return std::string(info.param).substr(8); });
 
 const char* kSentence = "The President said that the Congress of the United States would meet in the spring.";
 

@@ -94,6 +94,14 @@ for k in scales:
     v = np.frombuffer(raw[8 + n + a:8 + n + b], np.float16).astype(np.float32)
     assert np.isfinite(v).all() and (v > 0).all(), k
 PYEOF
+$PY - "$WORK/few/quantization_report.json" <<'PYEOF' && ok "the report gives every expert's calibration tokens and its fallback" || fail "report of $WORK/few"
+import json, sys
+lin = [l for l in json.load(open(sys.argv[1]))["linears"] if ".experts." in l["name"]]
+assert len(lin) == 3 * 8 * 3, len(lin)
+none = [l for l in lin if l["expert_calibration_tokens"] == 0]
+assert none and all("round-to-nearest" in l["note"] for l in none), none[:2]
+assert sum(l["expert_calibration_tokens"] for l in lin if l["name"].endswith(".w1")) == 3 * 2 * 2, lin
+PYEOF
 k=$(kl "$WORK/few") && ok "the checkpoint from two calibration tokens evaluates (KL $k)" || fail "eval of $WORK/few"
 
 # Every token to every expert's statistics.
