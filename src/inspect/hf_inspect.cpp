@@ -48,6 +48,12 @@ json config_summary(const ModelConfig& c) {
     j["num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.num_experts_per_tok;
     if (c.moe_intermediate_size) j["moe_intermediate_size"] = c.moe_intermediate_size;
+    if (c.shared_expert_intermediate_size) j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    json sparse = json::array();
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      if (c.moe_layer(i)) sparse.push_back(i);
+    j["sparse_layers"] = sparse;
   }
   return j;
 }
@@ -159,6 +165,16 @@ std::string format_inspect_report(const json& info) {
                 (long long)c["num_key_value_heads"], (long long)c["head_dim"], (long long)c["intermediate_size"],
                 (long long)c["vocab_size"]);
   line(buf);
+  if (c.contains("num_experts")) {
+    std::snprintf(buf, sizeof buf, "experts:      %lld per sparse layer (%zu of %lld layers), %lld per token%s, width %lld%s",
+                  (long long)c["num_experts"], c["sparse_layers"].size(), (long long)c["num_hidden_layers"],
+                  (long long)c["num_experts_per_tok"], c["norm_topk_prob"].get<bool>() ? " (weights renormalised)" : "",
+                  (long long)c.value("moe_intermediate_size", 0),
+                  c.contains("shared_expert_intermediate_size")
+                      ? (", shared expert width " + std::to_string(c["shared_expert_intermediate_size"].get<long long>())).c_str()
+                      : "");
+    line(buf);
+  }
   std::snprintf(buf, sizeof buf, "rope:         theta %g%s, max positions %lld; rms_norm_eps %g; tied embeddings %s",
                 c["rope_theta"].get<double>(),
                 c["rope_scaling"].is_null() ? "" : (", scaling " + c["rope_scaling"].dump()).c_str(),
