@@ -56,9 +56,12 @@ for i in range(3):
             assert h[p + "weight_packed"]["dtype"] == "I32" and p + "weight_scale" in h, p
 PYEOF
 
-# Every export format, read back by the runtime.
-for r in fp8 nvfp4 nvfp4a16-modelopt w4-gptq-gptqfmt w8a8-rtn; do
-  "$QF" -q quantize "$fx" --recipe "$rec/$r.yaml" --calib "$calib" -o "$WORK/$r" >/dev/null 2>"$WORK/$r.err" \
+# Every export format, read back by the runtime (AutoAWQ's layout from RTN:
+# AWQ's own search does not take MoE models).
+printf 'quant_stage:\n  quant_modifiers:\n    QuantizationModifier: {targets: [Linear], ignore: [lm_head], scheme: W4A16_ASYM}\nexport:\n  format: awq\n' >"$WORK/rtn-awqfmt.yaml"
+cp "$rec"/{fp8,nvfp4,nvfp4a16-modelopt,w4-gptq-gptqfmt,w8a8-rtn}.yaml "$WORK/"
+for r in fp8 nvfp4 nvfp4a16-modelopt w4-gptq-gptqfmt w8a8-rtn rtn-awqfmt; do
+  "$QF" -q quantize "$fx" --recipe "$WORK/$r.yaml" --calib "$calib" -o "$WORK/$r" >/dev/null 2>"$WORK/$r.err" \
     && k=$(kl "$WORK/$r") && ok "$r: exported and read back, KL $k" || fail "$r: $(cat "$WORK/$r.err")"
 done
 
@@ -81,19 +84,36 @@ EOF
 grep -q "experts.[0-9].w1: no calibration token reached this expert; quantized with round-to-nearest instead of GPTQ" "$WORK/few.err" \
   && grep -q "dampening raised tenfold" "$WORK/few.err" \
   && ok "experts without calibration tokens: round-to-nearest, reported" || fail "fallback not reported: $(cat "$WORK/few.err")"
-$PY - "$WORK/few" <<'PYEOF' && ok "every expert's scales are finite and positive" || fail "scales of $WORK/few"
+cat >"$WORK/finite.py" <<'PYEOF'
+# Every float tensor finite, and every expert's scales (weight_scale, input_scale, global scales) positive.
 import json, struct, sys
 import numpy as np
 raw = open(sys.argv[1] + "/model.safetensors", "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 h = json.loads(raw[8:8 + n])
-scales = [k for k in h if k.endswith("weight_scale") and ".experts." in k]
-assert len(scales) == 3 * 8 * 3, len(scales)
-for k in scales:
-    a, b = h[k]["data_offsets"]
-    v = np.frombuffer(raw[8 + n + a:8 + n + b], np.float16).astype(np.float32)
-    assert np.isfinite(v).all() and (v > 0).all(), k
+h.pop("__metadata__", None)
+dt = {"F16": np.float16, "F32": np.float32}
+scales = 0
+for k, v in h.items():
+    if v["dtype"] not in dt:
+        continue
+    a, b = v["data_offsets"]
+    x = np.frombuffer(raw[8 + n + a:8 + n + b], dt[v["dtype"]]).astype(np.float32)
+    assert np.isfinite(x).all(), k
+    if ".experts." in k and "scale" in k:
+        assert (x > 0).all(), k
+        scales += 1
+assert scales >= 3 * 8 * 3, scales
 PYEOF
+$PY "$WORK/finite.py" "$WORK/few" && ok "every expert's scales are finite and positive" || fail "scales of $WORK/few"
+# Static input scales and NVFP4 global scales from the same two tokens.
+for r in fp8 nvfp4; do
+  sed -e 's/^  num_samples:.*/  num_samples: 1/' -e 's/^  seq_len:.*/  seq_len: 2/' "$rec/$r.yaml" >"$WORK/few-$r.yaml"
+  "$QF" quantize "$fx" --recipe "$WORK/few-$r.yaml" --calib "$calib" -o "$WORK/few-$r" >/dev/null 2>"$WORK/few-$r.err" \
+    && grep -q "no calibration token reached this expert (its input ranges are taken over every calibration token)" "$WORK/few-$r.err" \
+    && $PY "$WORK/finite.py" "$WORK/few-$r" && k=$(kl "$WORK/few-$r") \
+    && ok "$r from two calibration tokens: finite scales for every expert, KL $k" || fail "few-token $r: $(cat "$WORK/few-$r.err")"
+done
 $PY - "$WORK/few/quantization_report.json" <<'PYEOF' && ok "the report gives every expert's calibration tokens and its fallback" || fail "report of $WORK/few"
 import json, sys
 lin = [l for l in json.load(open(sys.argv[1]))["linears"] if ".experts." in l["name"]]
@@ -104,12 +124,14 @@ assert sum(l["expert_calibration_tokens"] for l in lin if l["name"].endswith(".w
 PYEOF
 k=$(kl "$WORK/few") && ok "the checkpoint from two calibration tokens evaluates (KL $k)" || fail "eval of $WORK/few"
 
-# Every token to every expert's statistics.
-sed 's/^  seq_len: 2$/  seq_len: 64\n  moe_calibrate_all_experts: true/' "$WORK/few.yaml" >"$WORK/all.yaml"
+# Every token to every expert's statistics: 4 x 64 tokens, as many as the
+# experts' input columns, so no expert is short of tokens.
+sed -e 's/^  num_samples: 1$/  num_samples: 4/' -e 's/^  seq_len: 2$/  seq_len: 64\n  moe_calibrate_all_experts: true/' \
+  "$WORK/few.yaml" >"$WORK/all.yaml"
 "$QF" quantize "$fx" --recipe "$WORK/all.yaml" -o "$WORK/all" >/dev/null 2>"$WORK/all.err" \
-  && grep -q "^layer 2/3: calibration tokens per expert (every token to every expert): 0:64 1:64 2:64 3:64 4:64 5:64 6:64 7:64$" "$WORK/all.err" \
+  && grep -q "^layer 2/3: calibration tokens per expert (every token to every expert): 0:256 1:256 2:256 3:256 4:256 5:256 6:256 7:256$" "$WORK/all.err" \
   && ! grep -q "reached this expert" "$WORK/all.err" \
-  && ok "moe_calibrate_all_experts: every expert sees all 64 tokens" || fail "all experts: $(cat "$WORK/all.err")"
+  && ok "moe_calibrate_all_experts: every expert sees all 256 tokens" || fail "all experts: $(cat "$WORK/all.err")"
 
 # GGUF: stacked experts, routers in f32, llama.cpp's MoE keys; the imatrix
 # keeps one row and one count per expert; both evaluate.
