@@ -1,16 +1,22 @@
 #!/usr/bin/python3
 """One row of scripts/bench/scheme_table.sh: size of a model (folder or .gguf),
 bits per weight of its decoder Linears (every tensor of the q/k/v/o/gate/up/down
-modules except biases: codes, scales, zero points, global scales), and the two
-eval JSON results."""
+modules, and of a mixture-of-experts model's experts, except biases: codes,
+scales, zero points, global scales; routers are not counted), and the two eval
+JSON results.
+
+usage: model_bits.py NAME MODEL PREFIX COMMAND [BASE_MODEL_DIR]"""
 import json
 import os
 import re
 import struct
 import sys
 
-LINEAR = re.compile(r"model\.layers\.\d+\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj\.(?!bias$)")
-GGUF_LINEAR = re.compile(r"blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight$")
+LINEAR = re.compile(r"model\.layers\.\d+\.((self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
+                    r"|(block_sparse_moe|mlp)\.experts\.\d+\.(w1|w2|w3|gate_proj|up_proj|down_proj)"
+                    r"|mlp\.shared_expert\.(gate|up|down)_proj)\.(?!bias$)")
+GGUF_LINEAR = re.compile(r"blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down"
+                         r"|ffn_gate_exps|ffn_up_exps|ffn_down_exps|ffn_gate_shexp|ffn_up_shexp|ffn_down_shexp)\.weight$")
 
 
 def safetensors_linear_bytes(folder):
@@ -90,8 +96,11 @@ def gguf_linear_bytes(path):
 def linear_params(fixture):
     c = json.load(open(os.path.join(fixture, "config.json")))
     h, ff, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
-    hd = c.get("head_dim", h // c["num_attention_heads"])
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
     q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    experts = c.get("num_local_experts") or c.get("num_experts") or 0
+    if experts:  # every layer sparse (the bundled MoE fixture)
+        ff = experts * (c.get("moe_intermediate_size") or ff) + c.get("shared_expert_intermediate_size", 0)
     return L * (h * q + 2 * h * kv + q * h + 3 * h * ff)
 
 
@@ -103,7 +112,7 @@ def main():
     else:
         size = os.path.getsize(model)
         lin = gguf_linear_bytes(model)
-    bpw = 8.0 * lin / linear_params("tests/data/fixture-llama")
+    bpw = 8.0 * lin / linear_params(sys.argv[5] if len(sys.argv) > 5 else "tests/data/fixture-llama")
     cells = []
     for t in ("eval", "wiki"):
         p = f"{prefix}.{t}.json"

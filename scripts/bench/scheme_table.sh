@@ -4,21 +4,24 @@
 # against the f16 model on the first 40 chunks (llama.cpp's convention) of
 # tests/data/text/evaluation.txt and, when ../shared is present, of the
 # WikiText-2 test set. Recipes calibrate on tests/data/text/calibration.txt.
+# A recipe the model does not support (AWQ and SmoothQuant on a
+# mixture-of-experts model) gets a row saying so.
 #
-#   scripts/bench/scheme_table.sh [--chunks 40]
+#   scripts/bench/scheme_table.sh [--chunks 40] [--model tests/data/fixture-mixtral]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 chunks=40
+fx=tests/data/fixture-llama
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --chunks) chunks="$2"; shift 2 ;;
+    --model) fx="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 scripts/build.sh --target quantforge >/dev/null
 qf=build/bin/quantforge
-fx=tests/data/fixture-llama
-out=build/bench/schemes
+out=build/bench/schemes-$(basename "$fx")
 wiki=../shared/data/wikitext-2-raw/wiki.test.raw
 rm -rf "$out" && mkdir -p "$out"
 
@@ -29,7 +32,7 @@ row() {  # row NAME MODEL COMMAND
   if [[ -f $wiki ]]; then
     "$qf" -q eval "$model" --text "$wiki" --max-chunks "$chunks" --baseline "$fx" --json "$out/$name.wiki.json" >/dev/null
   fi
-  /usr/bin/python3 scripts/bench/model_bits.py "$name" "$model" "$out/$name" "$cmd"
+  /usr/bin/python3 scripts/bench/model_bits.py "$name" "$model" "$out/$name" "$cmd" "$fx"
 }
 
 echo "| scheme | size (bytes) | bits/weight (decoder Linears) | evaluation.txt ppl (delta) | KLD | WikiText-2 ppl (delta) | KLD | command |"
@@ -37,7 +40,11 @@ echo "|---|---|---|---|---|---|---|---|"
 row "FP16" "$fx" "(the fixture itself)"
 while read -r name recipe; do
   cmd="quantforge quantize $fx --recipe $recipe -o OUT"
-  "$qf" -q quantize "$fx" --recipe "$recipe" -o "$out/$name" >"$out/$name.log"
+  if ! "$qf" -q quantize "$fx" --recipe "$recipe" -o "$out/$name" >"$out/$name.log" 2>"$out/$name.err"; then
+    grep -q "unsupported" "$out/$name.err" || { cat "$out/$name.err" >&2; exit 1; }
+    echo "| $name | refused: $(sed 's/.*: \([A-Za-z]*Modifier is not supported for [a-z-]* models\).*/\1/' "$out/$name.err") | | | | | | \`$cmd\` |"
+    continue
+  fi
   row "$name" "$out/$name" "$cmd"
 done <<'LIST'
 W4A16-RTN recipes/w4a16-rtn.yaml
