@@ -420,6 +420,12 @@ class PyModel {
                         {"head_dim", c.head_dim},
                         {"vocab_size", c.vocab_size},
                         {"max_position_embeddings", c.max_position_embeddings}};
+    if (c.is_moe()) {  // a GGUF mixture-of-experts model
+      j["num_experts"] = c.num_experts;
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      if (c.shared_expert_intermediate_size) j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    }
     return to_python(j);
   }
 

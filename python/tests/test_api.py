@@ -342,3 +342,17 @@ def test_quantize_resume_after_kill(tmp_path):
     assert (out / "model.safetensors").read_bytes() == (tmp_path / "ref/model.safetensors").read_bytes()
     assert [l["error"] for l in r.report["linears"]] == [l["error"] for l in ref.report["linears"]]
     assert not (tmp_path / ".out.resume").exists()
+
+
+def test_mixture_of_experts_model(tmp_path):
+    moe = FIXTURE.parent / "fixture-mixtral"
+    got = qf.bench(moe, prompt=16, gen=4, threads=2)
+    assert got["parameters"] - got["active_parameters"] == 3 * 6 * 3 * 256 * 256  # 6 of 8 experts idle per token
+    qf.convert(moe, tmp_path / "m.gguf", type="Q8_0")
+    hf, gguf = qf.Model(moe), qf.Model(tmp_path / "m.gguf")
+    assert hf.config["num_local_experts"] == 8
+    assert (gguf.config["num_experts"], gguf.config["num_experts_per_tok"], gguf.config["moe_intermediate_size"]) == (8, 2, 256)
+    ids = qf.Tokenizer(moe).encode("The President said")
+    a, b = hf.logits(ids), gguf.logits(ids)
+    assert a.shape == b.shape == (len(ids), 4096)
+    assert np.abs(a - b).max() < 0.05 * np.abs(a).max()  # Q8_0 weights
