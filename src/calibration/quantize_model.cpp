@@ -103,6 +103,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   }
 
   const QuantizePlan plan = make_quantize_plan(recipe, *model);
+  if (job.device != device::Kind::Cpu) rt::refuse_sparse_on_device(*model);
   if (job.device != device::Kind::Cpu)
     for (const auto& [name, p] : plan.linears)
       if (p.observer == RangeObserver::Mse && p.weights.strategy == QuantStrategy::Tensor && !p.weights.is_float())

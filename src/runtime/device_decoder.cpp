@@ -28,17 +28,16 @@ bool widened(const Linear& l) {
   return l.device_form().kind != DeviceWeightForm::Kind::None || f == "f16" || f == "bf16";
 }
 
-// The device runtime runs dense layers only.
-void refuse_sparse(const Model& model) {
+}  // namespace
+
+void refuse_sparse_on_device(const Model& model) {
   if (model.config().is_moe())
     throw unsupported("--device", "the device runtime does not run mixture-of-experts layers (model_type '" +
                                       model.config().model_type + "'); use --device cpu");
 }
 
-}  // namespace
-
 uint64_t device_decoder_bytes(const Model& model, int64_t capacity) {
-  refuse_sparse(model);
+  refuse_sparse_on_device(model);
   const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
   const uint64_t f = 4, n = static_cast<uint64_t>(std::min(capacity, kDevicePassTokens)), cap = static_cast<uint64_t>(capacity);
@@ -63,7 +62,7 @@ uint64_t device_decoder_bytes(const Model& model, int64_t capacity) {
 }
 
 uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hessians) {
-  refuse_sparse(model);
+  refuse_sparse_on_device(model);
   const ModelConfig& c = model.config();
   const uint64_t f = 4, n = static_cast<uint64_t>(std::min(capacity, kDevicePassTokens)), cap = static_cast<uint64_t>(capacity);
   const uint64_t h = static_cast<uint64_t>(c.hidden_size), qd = static_cast<uint64_t>(c.q_dim()),
@@ -141,18 +140,18 @@ const Build& build_of(device::Kind kind, const char* what) {
 
 std::unique_ptr<DeviceDecoder> make_device_decoder(device::Kind kind, const Model& model, int64_t capacity,
                                                    int64_t pass_tokens) {
-  refuse_sparse(model);
+  refuse_sparse_on_device(model);
   return build_of(kind, "make_device_decoder").make_decoder(model, capacity, pass_tokens);
 }
 
 std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
                                                         int64_t pass_tokens) {
-  refuse_sparse(model);
+  refuse_sparse_on_device(model);
   return build_of(kind, "make_device_layer_pass").make_layer_pass(model, capacity, pass_tokens);
 }
 
 std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kind, const Model& model, int64_t longest) {
-  refuse_sparse(model);
+  refuse_sparse_on_device(model);
   return build_of(kind, "make_device_smoothing_eval").make_smoothing_eval(model, longest);
 }
 

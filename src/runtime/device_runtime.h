@@ -178,6 +178,11 @@ uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hess
 std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
                                                         int64_t pass_tokens = kDevicePassTokens);
 
+// The device runtime runs dense layers only: Unsupported, with one clear
+// message, for a mixture-of-experts model (the *_bytes functions and the
+// make_device_* factories below check it too).
+void refuse_sparse_on_device(const Model& model);
+
 // Device memory a decoder of `model` with `capacity` positions needs at most:
 // weights, cache, the scratch matrix, activations of one pass and the
 // logits of up to kDevicePassTokens rows.

@@ -160,6 +160,9 @@ PYEOF
 
 # What does not run MoE models says so, and writes nothing.
 expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" eval "$fx" --text "$evaltxt" --device host --max-chunks 1
+expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" quantize "$fx" --recipe "$rec/w4-gptq.yaml" -o "$WORK/dev" --device host
+expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" imatrix "$fx" --text "$calib" -o "$WORK/dev.gguf" --device host
+[[ ! -e "$WORK/dev" && ! -e "$WORK/dev.gguf" ]] && ok "nothing written for the refused device runs" || fail "output of a refused device run exists"
 expect_exit 4 "AWQModifier is not supported for mixture-of-experts" -- "$QF" quantize "$fx" --recipe "$rec/w4-awq.yaml" -o "$WORK/awq"
 [[ ! -e "$WORK/awq" ]] && ok "nothing written for the refused recipe" || fail "$WORK/awq exists"
 
