@@ -168,11 +168,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     out.name = in.name;
     out.note = in.note;
     out.expert_tokens = in.expert_tokens;
-    if (gptq && !in.hessian) {
-      // An expert no calibration token reached: round-to-nearest in the same scheme.
-      out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
-      out.note += "; quantized with round-to-nearest instead of GPTQ";
-    } else if (gptq) {
+    if (gptq && in.hessian) {
       GptqOptions o = plan.gptq;
       o.dampening_frac *= in.dampening_scale;
       o.actorder = p.actorder;
@@ -186,6 +182,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
     } else {
       // NVFP4: one global scale for the whole fused set (q/k/v, gate/up).
       out.q = round_to_nearest(in.weight->data(), in.rows, in.cols, p, in.fused_weight_amax, job.device);
+      // GPTQ without a Hessian: an expert no calibration token reached, in the same scheme.
+      if (gptq) out.note += "; quantized with round-to-nearest instead of GPTQ";
     }
     if (p.act) {
       out.act = calibrate_activation(*p.act, in.act_min, in.act_max, in.name);

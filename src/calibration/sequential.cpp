@@ -125,8 +125,7 @@ void run_layer_on(rt::DeviceLayerPass& dev, bool resident, const std::vector<std
   }
 }
 
-// The largest |w| over the Linears of each fused set of a layer, from their
-// current float weights (NaN ignored); -1 for a set whose amax is not finite.
+// max(a, the largest |w| of the Linear's current float weights), NaN ignored.
 float weight_amax(const rt::Linear& lin, float a) {
   std::vector<float> row(static_cast<size_t>(lin.in_features()));
   for (int64_t r = 0; r < lin.out_features(); ++r) {
@@ -136,6 +135,8 @@ float weight_amax(const rt::Linear& lin, float a) {
   return a;
 }
 
+// The largest |w| over the Linears of each fused set of a layer, from their
+// current float weights (NaN ignored); -1 for a set whose amax is not finite.
 std::array<float, 2> fused_set_amax(const rt::LayerWeights& L) {
   std::array<float, 2> amax = {0.0f, 0.0f};
   for (const rt::LayerLinear& sl : rt::kLayerLinears) {
@@ -149,11 +150,11 @@ std::array<float, 2> fused_set_amax(const rt::LayerWeights& L) {
 }
 
 // An expert's gate and up, which vLLM's fused MoE holds as one w13 with one
-// NVFP4 global scale per expert: their largest |w| (index 0), -1 when not finite.
-std::array<float, 2> expert_gate_up_amax(const rt::LayerWeights& L, int64_t e) {
+// NVFP4 global scale per expert: their largest |w|, -1 when not finite.
+float expert_gate_up_amax(const rt::LayerWeights& L, int64_t e) {
   const rt::ExpertWeights& ex = e == rt::kSharedExpert ? L.moe.shared : L.moe.experts[static_cast<size_t>(e)];
   const float a = weight_amax(*ex.up, weight_amax(*ex.gate, 0.0f));
-  return {std::isfinite(a) ? a : -1.0f, -1.0f};
+  return std::isfinite(a) ? a : -1.0f;
 }
 
 // One expert's calibration statistics: the Hessians (and ranges) of its
@@ -307,13 +308,12 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     std::vector<QuantizedLinearResult> done;
     std::optional<ExpertStats> ex;  // the statistics of the expert being quantized
     int64_t ex_of = rt::kNoExpert;
-    std::array<float, 2> ex_amax = {-1.0f, -1.0f};
+    float ex_amax = -1.0f;
     std::string token_line;  // sparse layers: tokens per expert, for the log
     for (const rt::LayerLinearId& sl : rt::layer_linears(c, li)) {
       std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L, sl);
       const rt::Linear& lin = *slot;
       const std::vector<float> w = lin.decode_all();
-      const HessianAccumulator* h = nullptr;
       LinearToQuantize in;
       in.name = "model.layers." + std::to_string(li) + "." + sl.name;
       in.layer = li, in.weight = &w, in.rows = lin.out_features(), in.cols = lin.in_features();
@@ -338,7 +338,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
               ex->in_range = all.in_range, ex->down_range = all.down_range;
             }
           }
-          ex_amax = opts.fused_weight_amax ? expert_gate_up_amax(L, sl.expert) : std::array<float, 2>{-1.0f, -1.0f};
+          ex_amax = opts.fused_weight_amax ? expert_gate_up_amax(L, sl.expert) : -1.0f;
         }
         const bool down = sl.slot == rt::LinearObserver::Down;
         if (ex) {
@@ -353,9 +353,9 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
             in.note = in.name + ": only " + std::to_string(ex->tokens) + " calibration tokens reached this expert (fewer than its " +
                       std::to_string(in.cols) + " input columns): GPTQ dampening raised tenfold";
         }
-        if (!down) in.fused_weight_amax = ex_amax[0];
+        if (!down) in.fused_weight_amax = ex_amax;
       }
-      h = in.hessian;
+      const HessianAccumulator* h = in.hessian;
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinearResult> q = quantize(in);
       if (!q) continue;

@@ -547,10 +547,12 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
           loss = [&] { return mse(run_attention(model, li, cs, pool), run.attn_out); };
           break;
         case Mapping::VToO:
-          loss = [&] {
+        case Mapping::UpToDown:  // the scaled Linear alone on its captured input, against the block's output
+          // `last` refers to the layer's slot, so each candidate's replacement Linear is the one run.
+          loss = [&, &last = m == Mapping::VToO ? L.o : L.down, &ref = m == Mapping::VToO ? run.attn_out : run.mlp_out] {
             std::vector<float> out(static_cast<size_t>(cs.n * h));
-            L.o->forward(lin_in.data(), cs.n, out.data(), pool);
-            return mse(out, run.attn_out);
+            last->forward(lin_in.data(), cs.n, out.data(), pool);
+            return mse(out, ref);
           };
           break;
         case Mapping::FfnNormToGateUp:
@@ -559,13 +561,6 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
             for (size_t bi = 0; bi < cs.batches.size(); ++bi)
               model.mlp_block(li, run.mlp_in.data() + cs.offset[bi] * h, static_cast<int64_t>(cs.batches[bi].size()),
                               out.data() + cs.offset[bi] * h, pool);
-            return mse(out, run.mlp_out);
-          };
-          break;
-        case Mapping::UpToDown:
-          loss = [&] {
-            std::vector<float> out(static_cast<size_t>(cs.n * h));
-            L.down->forward(lin_in.data(), cs.n, out.data(), pool);
             return mse(out, run.mlp_out);
           };
           break;

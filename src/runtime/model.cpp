@@ -83,10 +83,9 @@ std::shared_ptr<Linear>& layer_linear(LayerWeights& l, const LayerLinearId& id) 
   return const_cast<std::shared_ptr<Linear>&>(layer_linear(static_cast<const LayerWeights&>(l), id));
 }
 
-LinearShape layer_linear_shape(const ModelConfig& c, int64_t layer, const LayerLinearId& id) {
+LinearShape layer_linear_shape(const ModelConfig& c, const LayerLinearId& id) {
   if (id.expert == kNoExpert) return layer_linear_shape(c, id.slot);
   const int64_t ff = id.expert == kSharedExpert ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
-  (void)layer;
   return id.slot == LinearObserver::Down ? LinearShape{c.hidden_size, ff} : LinearShape{ff, c.hidden_size};
 }
 
@@ -132,7 +131,7 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
       if (l.gate || l.up || l.down) throw invalid_input(p + "mlp", "a sparse layer with a dense MLP as well");
     }
     for (const LayerLinearId& id : layer_linears(c, li)) {
-      const LinearShape shape = layer_linear_shape(c, li, id);
+      const LinearShape shape = layer_linear_shape(c, id);
       check_linear(layer_linear(l, id), shape.out, shape.in, p + id.name + ".weight");
     }
   }
@@ -332,10 +331,10 @@ void Model::attention_block(int64_t li, const Batch& b, const float* x, float* o
 void Model::mlp_block(int64_t li, const float* xn, int64_t n, float* out, ThreadPool& pool,
                       LinearObserver* obs) const {
   const int64_t h = config_.hidden_size, ff = config_.intermediate_size;
-  thread_local std::vector<float> g, u;
-  g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
   const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
   if (L.sparse()) return moe_block(li, xn, n, out, pool, obs);
+  thread_local std::vector<float> g, u;
+  g.resize(static_cast<size_t>(n * ff)), u.resize(g.size());
   if (obs) {
     obs->observe(li, LinearObserver::Gate, xn, n, h);
     obs->observe(li, LinearObserver::Up, xn, n, h);

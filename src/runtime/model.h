@@ -138,7 +138,7 @@ std::vector<LayerLinearId> layer_linears(const ModelConfig& c, int64_t layer);
 std::shared_ptr<Linear>& layer_linear(LayerWeights& l, const LayerLinearId& id);
 const std::shared_ptr<Linear>& layer_linear(const LayerWeights& l, const LayerLinearId& id);
 // Its [out, in] shape.
-LinearShape layer_linear_shape(const ModelConfig& c, int64_t layer, const LayerLinearId& id);
+LinearShape layer_linear_shape(const ModelConfig& c, const LayerLinearId& id);
 // A sparse layer's MLP module prefix ("block_sparse_moe." for mixtral, "mlp."
 // for the qwen MoE models): the router is <prefix>gate.
 std::string moe_module_prefix(const ModelConfig& c);

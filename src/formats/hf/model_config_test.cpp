@@ -107,6 +107,17 @@ TEST(ModelConfig, MalformedCorpus) {
       {"unsupported architecture", [](json& j) { j["model_type"] = "gpt2"; }, ErrorKind::Unsupported,
        "unsupported architecture 'gpt2' (model_type); supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe"},
       {"missing model_type", [](json& j) { j.erase("model_type"); }, ErrorKind::InvalidInput, "missing required key 'model_type'"},
+      {"mlp_only_layers beyond the layers",
+       [](json& j) { j["model_type"] = "qwen2_moe"; j["num_experts"] = 4; j["num_experts_per_tok"] = 2; j["moe_intermediate_size"] = 64;
+                     j["mlp_only_layers"] = {1, 99}; },
+       ErrorKind::InvalidInput, "'mlp_only_layers' names layer 99, beyond 'num_hidden_layers'"},
+      {"mlp_only_layers not a list",
+       [](json& j) { j["model_type"] = "qwen3_moe"; j["num_experts"] = 4; j["num_experts_per_tok"] = 2; j["moe_intermediate_size"] = 64;
+                     j["mlp_only_layers"] = "1"; },
+       ErrorKind::InvalidInput, "key 'mlp_only_layers' must be a list of layer indices"},
+      {"more experts per token than experts",
+       [](json& j) { j["model_type"] = "mixtral"; j["num_local_experts"] = 2; j["num_experts_per_tok"] = 3; },
+       ErrorKind::InvalidInput, "num_experts_per_tok exceeds the number of experts"},
       {"missing hidden_size", [](json& j) { j.erase("hidden_size"); }, ErrorKind::InvalidInput, "missing required key 'hidden_size'"},
       {"string hidden_size", [](json& j) { j["hidden_size"] = "4096"; }, ErrorKind::InvalidInput, "'hidden_size' must be a positive integer, got \"4096\""},
       {"zero layers", [](json& j) { j["num_hidden_layers"] = 0; }, ErrorKind::InvalidInput, "'num_hidden_layers' must be a positive integer"},
