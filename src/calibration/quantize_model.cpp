@@ -32,6 +32,7 @@
 #include "runtime/device_runtime.h"
 #include "runtime/finite_weights.h"
 #include "runtime/model.h"
+#include "runtime/router_linears.h"
 
 namespace qf {
 namespace {
@@ -251,6 +252,7 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       if (plan.awq) {
         AwqOptions o = *plan.awq;
         o.device = job.device;
+        o.moe_calibrate_all_experts = recipe.calibration.moe_calibrate_all_experts;
         const FakeQuantFn fq = [&](const std::string& name, const float* w, int64_t rows, int64_t cols) {
           auto it = plan.awq_linears.find(name);
           if (it == plan.awq_linears.end()) return std::vector<float>();
@@ -323,8 +325,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   state.finish();
   sum.mean_error = sum.linears ? err_sum / static_cast<double>(sum.linears) : 0;
 
-  // Norms, biases and full-precision Linears of the decoder layers, as the
-  // pipeline left them.
+  // Norms, biases, full-precision Linears and routers of the decoder layers,
+  // as the pipeline left them.
   for (int64_t li = 0; li < cfg.num_hidden_layers; ++li) {
     const std::string p = "model.layers." + std::to_string(li) + ".";
     const rt::LayerWeights& L = model->weights().layers[static_cast<size_t>(li)];
@@ -336,6 +338,8 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
       if (ck.contains(base + ".bias")) add_current(writer, ck, base + ".bias", lin.bias_values(), written);
       if (!written.count(base + ".weight")) add_current(writer, ck, base + ".weight", lin.decode_all(), written);
     }
+    for (const rt::RouterLinear& r : rt::router_linears(cfg, li))  // smoothing scales them
+      add_current(writer, ck, p + r.name + ".weight", (L.moe.*r.member)->decode_all(), written);
   }
   // FP8 KV-cache scales: amax / 448 of the calibrated K (after RoPE) and V;
   // modelopt's export raises them to at least 1 (llm-compressor's does not).

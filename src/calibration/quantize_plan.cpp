@@ -148,13 +148,6 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
       quantizer = &m;
     }
   }
-  // The smoothing searches balance a norm against the Linears it feeds; in a
-  // sparse layer that is the router and every expert at once.
-  if ((smoothquant || awq) && model.config().is_moe())
-    throw unsupported((smoothquant ? smoothquant : awq)->where,
-                      std::string(smoothquant ? "SmoothQuantModifier" : "AWQModifier") +
-                          " is not supported for mixture-of-experts models (model_type '" + model.config().model_type +
-                          "'); use GPTQModifier or QuantizationModifier");
   if (!quantizer && awq && !awq->groups.empty()) quantizer = awq;  // AWQ then RTN in its scheme
   if (!quantizer)
     throw invalid_input(recipe.source, "the recipe quantizes nothing: add a GPTQModifier or QuantizationModifier (or give "

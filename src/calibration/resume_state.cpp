@@ -190,9 +190,9 @@ void ResumeState::save_layer(const ModelConfig& c, int64_t li, rt::LayerWeights 
                              double seconds, std::optional<std::pair<float, float>> kv_amax) {
   finish();
   if (li != layers_done_) throw Error(ErrorKind::Internal, "resume state: layer " + std::to_string(li) + " saved out of order");
-  pending_ = std::async(std::launch::async, [this, li, ids = rt::layer_linears(c, li), L = std::move(L),
-                                             done = std::move(done), seconds, kv_amax] {
-    write_layer(li, ids, L, done, seconds, kv_amax);
+  pending_ = std::async(std::launch::async, [this, li, ids = rt::layer_linears(c, li), routers = rt::router_linears(c, li),
+                                             L = std::move(L), done = std::move(done), seconds, kv_amax] {
+    write_layer(li, ids, routers, L, done, seconds, kv_amax);
   });
 }
 
@@ -200,7 +200,9 @@ void ResumeState::finish() {
   if (pending_.valid()) pending_.get();
 }
 
-void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done,
+void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids,
+                              const std::vector<rt::RouterLinear>& routers, const rt::LayerWeights& L,
+                              const std::vector<QuantizedLinearResult>& done,
                               double seconds, const std::optional<std::pair<float, float>>& kv_amax) {
   SafetensorsWriter w(dir_, layer_stem(li), ~0ull);
   json meta;
@@ -249,6 +251,10 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
     const std::optional<DType> dt = dense_dtype(lin);
     if (!dt) throw Error(ErrorKind::Internal, name + ": a Linear left unquantized is not dense (" + lin.format() + ")");
     w.add(name + ".weight", Tensor::from_f32(lin.decode_all(), {lin.out_features(), lin.in_features()}).to(*dt));
+  }
+  for (const rt::RouterLinear& r : routers) {  // smoothing may have scaled them
+    const rt::Linear& lin = *(L.moe.*r.member);
+    w.add(prefix + r.name + ".weight", Tensor::from_f32(lin.decode_all(), {lin.out_features(), lin.in_features()}));
   }
   w.set_metadata({{kLayerMeta, meta.dump()}});
   w.finish();
@@ -324,6 +330,14 @@ SavedLayer ResumeState::restore_layer(const ModelConfig& c, int64_t li, rt::Laye
       slot = rt::make_dense_linear(t.to(t.dtype()), b, name);
     }
     if (slot->out_features() <= 0) throw invalid_input(where, name + ": empty Linear");
+  }
+  for (const rt::RouterLinear& r : rt::router_linears(c, li)) {
+    const std::string name = prefix + r.name + ".weight";
+    if (!f.find(name)) throw invalid_input(where, "tensor '" + name + "' is missing");
+    const Tensor t = f.tensor(name);
+    if (t.shape().size() != 2 || t.shape()[0] <= 0 || t.shape()[1] != c.hidden_size)
+      throw invalid_input(where, name + ": not a matrix of " + std::to_string(c.hidden_size) + " columns");
+    L.moe.*r.member = rt::make_dense_linear(t.to(t.dtype()), nullptr, prefix + r.name);
   }
   return s;
 }

@@ -35,6 +35,7 @@
 #include "calibration/sequential.h"
 #include "core/file_lock.h"
 #include "runtime/model.h"
+#include "runtime/router_linears.h"
 
 namespace qf {
 
@@ -90,8 +91,8 @@ class ResumeState {
   int64_t layers_done_ = 0;  // changed by the saving thread only while a save is in flight
   std::future<void> pending_;
   void write_state() const;
-  void write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const rt::LayerWeights& L,
-                   const std::vector<QuantizedLinearResult>& done, double seconds,
+  void write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const std::vector<rt::RouterLinear>& routers,
+                   const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,
                    const std::optional<std::pair<float, float>>& kv_amax);
 };
 

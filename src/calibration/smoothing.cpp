@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device_runtime.h"
+#include "runtime/router_linears.h"
 
 namespace qf {
 namespace {
@@ -27,8 +28,26 @@ struct BalanceLinear {
   std::string name;
 };
 
-std::vector<BalanceLinear> balance_slots(rt::LayerWeights& L, int64_t li, Mapping m) {
+// The Linears a mapping balances (their input columns take s) and, for
+// VToO and UpToDown, the one before them (its output rows take 1 / s). In a
+// sparse layer the MLP mappings reach the router, the shared-expert gate and
+// the experts (UpToDown: one expert's, `expert`).
+std::vector<BalanceLinear> balance_slots(const ModelConfig& c, rt::LayerWeights& L, int64_t li, Mapping m,
+                                         int64_t expert) {
   const std::string p = layer_prefix(li);
+  if (L.sparse() && (m == Mapping::FfnNormToGateUp || m == Mapping::UpToDown)) {
+    std::vector<BalanceLinear> r;
+    if (m == Mapping::FfnNormToGateUp)
+      for (const rt::RouterLinear& rl : rt::router_linears(c, li)) r.push_back({&(L.moe.*rl.member), p + rl.name});
+    for (const rt::LayerLinearId& id : rt::layer_linears(c, li)) {
+      if (id.expert == rt::kNoExpert) continue;
+      const bool take = m == Mapping::FfnNormToGateUp
+                            ? id.slot == rt::LinearObserver::Gate || id.slot == rt::LinearObserver::Up
+                            : id.slot == rt::LinearObserver::Down && id.expert == expert;
+      if (take) r.push_back({&rt::layer_linear(L, id), p + id.name});
+    }
+    return r;
+  }
   switch (m) {
     case Mapping::AttnNormToQKV:
       return {{&L.q, p + "self_attn.q_proj"}, {&L.k, p + "self_attn.k_proj"}, {&L.v, p + "self_attn.v_proj"}};
@@ -38,6 +57,26 @@ std::vector<BalanceLinear> balance_slots(rt::LayerWeights& L, int64_t li, Mappin
   }
   return {};
 }
+
+// The Linear before a Linear -> Linear mapping: v_proj, up_proj or an expert's up.
+BalanceLinear previous_slot(const ModelConfig& c, rt::LayerWeights& L, int64_t li, Mapping m, int64_t expert) {
+  const std::string p = layer_prefix(li);
+  if (m == Mapping::VToO) return {&L.v, p + "self_attn.v_proj"};
+  if (!L.sparse()) return {&L.up, p + "mlp.up_proj"};
+  for (const rt::LayerLinearId& id : rt::layer_linears(c, li))
+    if (id.expert == expert && id.slot == rt::LinearObserver::Up) return {&rt::layer_linear(L, id), p + id.name};
+  throw Error(ErrorKind::Internal, "previous_slot: no up projection of expert " + std::to_string(expert));
+}
+
+// A sparse layer's experts in forward order (the shared expert last).
+std::vector<int64_t> layer_experts(const ModelConfig& c) {
+  std::vector<int64_t> e;
+  for (int64_t i = 0; i < c.num_experts; ++i) e.push_back(i);
+  if (c.shared_expert_intermediate_size > 0) e.push_back(rt::kSharedExpert);
+  return e;
+}
+
+std::string expert_label(int64_t e) { return e == rt::kSharedExpert ? "shared expert" : "expert " + std::to_string(e); }
 
 // ---- calibration batches ----------------------------------------------------
 
@@ -95,7 +134,9 @@ rt::KvCache batch_cache(const rt::Model& model, const rt::Batch& b) {
 
 // Sees the inputs of a layer's Linears over all batches: per-channel mean and
 // max of |x| for the q, o, gate and down inputs, and (when asked) the rows
-// themselves, every `step`-th token.
+// themselves, every `step`-th token. In a sparse layer the MLP input (what
+// the router and every expert read) counts as the gate input, and the
+// router's choices are kept (expert_rows gathers an expert's inputs).
 class Capture final : public rt::LinearObserver {
  public:
   struct Stat {
@@ -108,23 +149,35 @@ class Capture final : public rt::LinearObserver {
   void observe(int64_t, Slot slot, const float* x, int64_t n, int64_t in) override {
     if (slot == LmHead || input_of(slot) != slot) return;
     Stat* st = slot == Q ? &q : slot == O ? &o : slot == Gate ? &gate : &down;
-    const bool keep_rows = std::find(keep_.begin(), keep_.end(), slot) != keep_.end();
-    if (st->in == 0) st->in = in, st->abs_sum.assign(static_cast<size_t>(in), 0.0), st->abs_max.assign(static_cast<size_t>(in), 0.0);
+    add(*st, x, n, in, kept(slot) ? step_ : 0, offset);
+  }
+  void observe_moe_input(int64_t, const float* xn, int64_t n, int64_t hidden) override {
+    add(gate, xn, n, hidden, kept(Gate) ? step_ : 0, offset);
+  }
+  void observe_routing(int64_t, const int32_t* experts, const float*, int64_t n, int64_t k) override {
+    routing.insert(routing.end(), experts, experts + n * k);  // batches come in token order
+  }
+  // Adds n rows; keep_step > 0 keeps the rows of every keep_step-th token
+  // (global index), -1 keeps them all, 0 none.
+  static void add(Stat& st, const float* x, int64_t n, int64_t in, int64_t keep_step, int64_t offset = 0) {
+    if (st.in == 0) st.in = in, st.abs_sum.assign(static_cast<size_t>(in), 0.0), st.abs_max.assign(static_cast<size_t>(in), 0.0);
     for (int64_t t = 0; t < n; ++t) {
       const float* r = x + t * in;
       for (int64_t j = 0; j < in; ++j) {
         const double a = std::fabs(static_cast<double>(r[j]));
-        st->abs_sum[static_cast<size_t>(j)] += a;
-        st->abs_max[static_cast<size_t>(j)] = std::max(st->abs_max[static_cast<size_t>(j)], a);
+        st.abs_sum[static_cast<size_t>(j)] += a;
+        st.abs_max[static_cast<size_t>(j)] = std::max(st.abs_max[static_cast<size_t>(j)], a);
       }
-      if (keep_rows && (offset + t) % step_ == 0) st->rows.insert(st->rows.end(), r, r + in);
+      if (keep_step < 0 || (keep_step > 0 && (offset + t) % keep_step == 0)) st.rows.insert(st.rows.end(), r, r + in);
     }
-    st->count += n;
+    st.count += n;
   }
   int64_t offset = 0;  // global index of the batch's first token
   Stat q, o, gate, down;
+  std::vector<int32_t> routing;  // sparse layers: every token's k experts, in token order
 
  private:
+  bool kept(Slot s) const { return std::find(keep_.begin(), keep_.end(), s) != keep_.end(); }
   std::vector<Slot> keep_;
   int64_t step_;
 };
@@ -179,6 +232,49 @@ std::vector<float> run_layer(const rt::Model& model, int64_t li, const CalibSet&
   return x;
 }
 
+// The inputs of one expert of sparse layer li: the MLP-input rows it reads
+// (the tokens the router sent to it, in token order; every token for the
+// shared expert or with `all`) and its down projection's input for them.
+struct ExpertRows {
+  std::vector<float> in, down_in;  // [n, hidden], [n, expert width]
+  int64_t n = 0;
+};
+
+ExpertRows expert_rows(const rt::Model& model, int64_t li, int64_t e, const std::vector<float>& mlp_in,
+                       const std::vector<int32_t>& routing, bool all, ThreadPool& pool) {
+  const ModelConfig& c = model.config();
+  const rt::MoeWeights& moe = model.weights().layers[static_cast<size_t>(li)].moe;
+  const rt::ExpertWeights& ew = e == rt::kSharedExpert ? moe.shared : moe.experts[static_cast<size_t>(e)];
+  const int64_t h = c.hidden_size, k = c.num_experts_per_tok, tokens = static_cast<int64_t>(mlp_in.size()) / h;
+  if (!all && e != rt::kSharedExpert && static_cast<int64_t>(routing.size()) != tokens * k)
+    throw Error(ErrorKind::Internal, "expert_rows: the routing of " + std::to_string(routing.size() / static_cast<size_t>(k)) +
+                                         " tokens for " + std::to_string(tokens) + " inputs");
+  ExpertRows r;
+  for (int64_t t = 0; t < tokens; ++t) {
+    bool take = all || e == rt::kSharedExpert;
+    for (int64_t j = 0; j < k && !take; ++j) take = routing[static_cast<size_t>(t * k + j)] == e;
+    if (!take) continue;
+    r.in.insert(r.in.end(), mlp_in.begin() + t * h, mlp_in.begin() + (t + 1) * h);
+    ++r.n;
+  }
+  const int64_t ff = ew.gate->out_features();
+  r.down_in.resize(static_cast<size_t>(r.n * ff));
+  if (r.n == 0) return r;
+  std::vector<float> u(r.down_in.size());
+  ew.gate->forward(r.in.data(), r.n, r.down_in.data(), pool);
+  ew.up->forward(r.in.data(), r.n, u.data(), pool);
+  for (int64_t t = 0; t < r.n; ++t) rt::swiglu(r.down_in.data() + t * ff, u.data() + t * ff, ff);
+  return r;
+}
+
+// Every `step`-th of n rows of width `in` (the clip search's samples).
+std::vector<float> every_nth_row(const std::vector<float>& rows, int64_t in, int64_t step) {
+  std::vector<float> out;
+  const int64_t n = static_cast<int64_t>(rows.size()) / in;
+  for (int64_t t = 0; t < n; t += step) out.insert(out.end(), rows.begin() + t * in, rows.begin() + (t + 1) * in);
+  return out;
+}
+
 double mse(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -215,16 +311,19 @@ struct Balance {
 // output) for the current state of the layer.
 using LossFn = std::function<double()>;
 
-SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, const std::vector<double>& x_mean,
-                                      const FakeQuantFn& fake_quant, const AwqOptions& o, const LossFn& module_loss,
-                                      ThreadPool& pool) {
+SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, int64_t expert,
+                                      const std::vector<double>& x_mean, const FakeQuantFn& fake_quant,
+                                      const AwqOptions& o, const LossFn& module_loss, ThreadPool& pool) {
   rt::LayerWeights& L = model.mutable_layer(li);
-  const int64_t width = mapping_width(model, m);
   std::vector<Balance> bal;
-  for (const BalanceLinear& s : balance_slots(L, li, m)) {
+  for (const BalanceLinear& s : balance_slots(model.config(), L, li, m, expert)) {
     Balance b{s, (*s.lin)->decode_all(), (*s.lin)->bias_values(), (*s.lin)->out_features(), (*s.lin)->in_features(), false};
     bal.push_back(std::move(b));
   }
+  const int64_t width = bal.front().cols;
+  if (static_cast<int64_t>(x_mean.size()) != width)
+    throw Error(ErrorKind::Internal, "search_mapping: " + std::to_string(x_mean.size()) + " input means for " +
+                                         std::to_string(width) + " columns");
   std::vector<std::shared_ptr<rt::Linear>> saved;
   for (const Balance& b : bal) saved.push_back(*b.target.lin);
 
@@ -255,7 +354,9 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
   };
 
   SmoothingReport::Entry e;
-  e.what = mapping_name(m);
+  e.what = expert != rt::kNoExpert                           ? expert_label(expert) + " " + mapping_name(m)
+           : L.sparse() && m == Mapping::FfnNormToGateUp ? "post_attention_layernorm->router,experts' gate,up"
+                                                          : mapping_name(m);
   e.loss_before = loss({}, true);
   bool any = false;
   for (const Balance& b : bal) any = any || b.quantized;
@@ -302,7 +403,7 @@ SmoothingReport::Entry search_mapping(rt::Model& model, int64_t li, Mapping m, c
     if (l < best) best = l, best_s = std::move(s), e.ratio = r;
   }
   e.loss_after = best;
-  if (!best_s.empty()) apply_smoothing_scales(model, li, m, best_s);
+  if (!best_s.empty()) apply_smoothing_scales(model, li, m, best_s, expert);
   (void)pool;
   return e;
 }
@@ -417,18 +518,31 @@ int64_t mapping_width(const rt::Model& model, Mapping m) {
   return 0;
 }
 
-void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const std::vector<float>& s) {
-  const std::string where = layer_prefix(li) + mapping_name(which);
-  if (li < 0 || li >= model.config().num_hidden_layers) throw invalid_input(where, "no such layer");
+void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const std::vector<float>& s, int64_t expert) {
+  const ModelConfig& c = model.config();
+  std::string where = layer_prefix(li) + mapping_name(which);
+  if (li < 0 || li >= c.num_hidden_layers) throw invalid_input(where, "no such layer");
   if (!mapping_applies(model, which))
     throw invalid_input(where, "v_proj -> o_proj needs v_proj and o_proj of the same shape (no grouped-query attention)");
-  if (static_cast<int64_t>(s.size()) != mapping_width(model, which))
-    throw invalid_input(where, "expected " + std::to_string(mapping_width(model, which)) + " scales, got " +
-                                   std::to_string(s.size()));
+  rt::LayerWeights& L = model.mutable_layer(li);
+  const bool per_expert = L.sparse() && which == Mapping::UpToDown;
+  if (per_expert) {
+    const bool known = (expert >= 0 && expert < c.num_experts) || (expert == rt::kSharedExpert && L.moe.shared.gate);
+    if (!known)
+      throw invalid_input(where, "a sparse layer's up -> down mapping needs one of its experts (" +
+                                     std::to_string(c.num_experts) + " routed" +
+                                     (L.moe.shared.gate ? ", or the shared expert)" : ")") + ", got " +
+                                     std::to_string(expert));
+    where = layer_prefix(li) + expert_label(expert) + " " + mapping_name(which);
+  } else if (expert != rt::kNoExpert) {
+    throw invalid_input(where, "only a sparse layer's up -> down mapping takes an expert");
+  }
+  const std::vector<BalanceLinear> bal = balance_slots(c, L, li, which, expert);
+  const int64_t width = (*bal.front().lin)->in_features();
+  if (static_cast<int64_t>(s.size()) != width)
+    throw invalid_input(where, "expected " + std::to_string(width) + " scales, got " + std::to_string(s.size()));
   for (float v : s)
     if (!(v > 0 && std::isfinite(v))) throw invalid_input(where, "scales must be positive and finite");
-  rt::LayerWeights& L = model.mutable_layer(li);
-  const std::string p = layer_prefix(li);
   auto scale_cols = [&](std::shared_ptr<rt::Linear>& lin, const std::string& name) {
     std::vector<float> w = lin->decode_all();
     const int64_t rows = lin->out_features(), cols = lin->in_features();
@@ -447,20 +561,18 @@ void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const s
   switch (which) {
     case Mapping::AttnNormToQKV:
       for (size_t j = 0; j < s.size(); ++j) L.attn_norm[j] /= s[j];
-      scale_cols(L.q, p + "self_attn.q_proj"), scale_cols(L.k, p + "self_attn.k_proj");
-      scale_cols(L.v, p + "self_attn.v_proj");
-      break;
-    case Mapping::VToO:
-      scale_rows(L.v, p + "self_attn.v_proj"), scale_cols(L.o, p + "self_attn.o_proj");
       break;
     case Mapping::FfnNormToGateUp:
       for (size_t j = 0; j < s.size(); ++j) L.ffn_norm[j] /= s[j];
-      scale_cols(L.gate, p + "mlp.gate_proj"), scale_cols(L.up, p + "mlp.up_proj");
       break;
-    case Mapping::UpToDown:
-      scale_rows(L.up, p + "mlp.up_proj"), scale_cols(L.down, p + "mlp.down_proj");
+    case Mapping::VToO:
+    case Mapping::UpToDown: {
+      const BalanceLinear prev = previous_slot(c, L, li, which, expert);
+      scale_rows(*prev.lin, prev.name);
       break;
+    }
   }
+  for (const BalanceLinear& b : bal) scale_cols(*b.lin, b.name);
 }
 
 namespace {
@@ -494,13 +606,56 @@ std::unique_ptr<rt::DeviceSmoothingEval> device_eval(device::Kind kind, const rt
 SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib, const FakeQuantFn& fake_quant,
                           const AwqOptions& o, ThreadPool& pool) {
   if (o.n_grid < 1) throw invalid_input("awq", "n_grid must be at least 1");
+  const ModelConfig& c = model.config();
+  if (o.device != device::Kind::Cpu && c.is_moe())
+    throw unsupported("awq --device " + std::string(device::kind_name(o.device)),
+                      "mixture-of-experts layers are smoothed on the CPU only");
   const CalibSet cs = make_calib_set(model, calib);
-  const int64_t h = model.config().hidden_size;
+  const int64_t h = c.hidden_size;
+  const bool sparse = model.weights().layers[static_cast<size_t>(li)].sparse();
   std::unique_ptr<rt::DeviceSmoothingEval> dev;
   if (o.device != device::Kind::Cpu) dev = device_eval(o.device, model, calib, cs, "awq");
   SmoothingReport rep;
+  auto record = [&](SmoothingReport::Entry e) {
+    rep.lines.push_back(layer_prefix(li) + e.what +
+                        (e.ratio >= 0 ? fmt(": ratio %.2f", e.ratio) : std::string(": no scaling")) +
+                        fmt(", loss %.6g -> %.6g", e.loss_before, e.loss_after));
+    rep.entries.push_back(std::move(e));
+  };
   for (Mapping m : {Mapping::AttnNormToQKV, Mapping::VToO, Mapping::FfnNormToGateUp, Mapping::UpToDown}) {
     if (!mapping_applies(model, m)) continue;
+    if (sparse && m == Mapping::UpToDown) {
+      // One search per expert, on the rows it reads, its down projection
+      // alone inspected. Scaling one expert changes no other expert's
+      // inputs, so one pass gives them all.
+      Capture cap({}, 1);
+      const LayerRun run = run_blocks(model, li, cs, pool, &cap);
+      rt::LayerWeights& L = model.mutable_layer(li);
+      for (int64_t e : layer_experts(c)) {
+        const ExpertRows er = expert_rows(model, li, e, run.mlp_in, cap.routing, o.moe_calibrate_all_experts, pool);
+        if (er.n == 0) {
+          rep.lines.push_back(layer_prefix(li) + expert_label(e) + " " + mapping_name(m) +
+                              ": no calibration token reaches it, not scaled");
+          continue;
+        }
+        std::shared_ptr<rt::Linear>& down = (e == rt::kSharedExpert ? L.moe.shared : L.moe.experts[static_cast<size_t>(e)]).down;
+        const int64_t ff = down->in_features();
+        std::vector<double> xm(static_cast<size_t>(ff), 0.0);
+        for (int64_t t = 0; t < er.n; ++t)
+          for (int64_t j = 0; j < ff; ++j) xm[static_cast<size_t>(j)] += std::fabs(static_cast<double>(er.down_in[static_cast<size_t>(t * ff + j)]));
+        for (double& v : xm) v /= static_cast<double>(er.n);
+        std::vector<float> ref(static_cast<size_t>(er.n * h));
+        down->forward(er.down_in.data(), er.n, ref.data(), pool);
+        // `down` is the layer's slot: each candidate's replacement is the one run.
+        const LossFn loss = [&] {
+          std::vector<float> out(ref.size());
+          down->forward(er.down_in.data(), er.n, out.data(), pool);
+          return mse(out, ref);
+        };
+        record(search_mapping(model, li, m, e, xm, fake_quant, o, loss, pool));
+      }
+      continue;
+    }
     const rt::LayerInput input = m == Mapping::AttnNormToQKV ? rt::LayerInput::Attention
                                  : m == Mapping::VToO        ? rt::LayerInput::O
                                  : m == Mapping::FfnNormToGateUp ? rt::LayerInput::Mlp
@@ -566,11 +721,7 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
           break;
       }
     }
-    SmoothingReport::Entry e = search_mapping(model, li, m, x_mean, fake_quant, o, loss, pool);
-    rep.lines.push_back(layer_prefix(li) + e.what +
-                        (e.ratio >= 0 ? fmt(": ratio %.2f", e.ratio) : std::string(": no scaling")) +
-                        fmt(", loss %.6g -> %.6g", e.loss_before, e.loss_after));
-    rep.entries.push_back(std::move(e));
+    record(search_mapping(model, li, m, rt::kNoExpert, x_mean, fake_quant, o, loss, pool));
   }
   if (o.apply_clip) {
     const int64_t step = std::max<int64_t>(1, cs.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
@@ -579,11 +730,12 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
     // the CPU or kept on the device, where the clip errors are computed.
     Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
                 step);
+    LayerRun run;
     if (dev) {
       dev->load(li);
       dev->run_reference();
     } else {
-      run_blocks(model, li, cs, pool, &cap);
+      run = run_blocks(model, li, cs, pool, &cap);
     }
     rt::LayerWeights& L = model.mutable_layer(li);
     const std::string p = layer_prefix(li);
@@ -593,23 +745,45 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
       const std::vector<float>* in;
       rt::LayerInput input;
     };
-    const ClipSlot slots[] = {{&L.v, p + "self_attn.v_proj", &cap.q.rows, rt::LayerInput::Attention},
-                              {&L.o, p + "self_attn.o_proj", &cap.o.rows, rt::LayerInput::O},
-                              {&L.gate, p + "mlp.gate_proj", &cap.gate.rows, rt::LayerInput::Mlp},
-                              {&L.up, p + "mlp.up_proj", &cap.gate.rows, rt::LayerInput::Mlp},
-                              {&L.down, p + "mlp.down_proj", &cap.down.rows, rt::LayerInput::Down}};
-    for (const ClipSlot& c : slots) {
+    std::vector<ClipSlot> slots = {{&L.v, p + "self_attn.v_proj", &cap.q.rows, rt::LayerInput::Attention},
+                                   {&L.o, p + "self_attn.o_proj", &cap.o.rows, rt::LayerInput::O}};
+    if (!sparse) {
+      slots.push_back({&L.gate, p + "mlp.gate_proj", &cap.gate.rows, rt::LayerInput::Mlp});
+      slots.push_back({&L.up, p + "mlp.up_proj", &cap.gate.rows, rt::LayerInput::Mlp});
+      slots.push_back({&L.down, p + "mlp.down_proj", &cap.down.rows, rt::LayerInput::Down});
+    }
+    // Sparse layers: each expert's Linears on samples of the rows it reads
+    // (every n / clip_n_sample_tokens-th), all taken before any is clipped.
+    std::vector<std::vector<float>> expert_samples;
+    if (sparse) {
+      const std::vector<int64_t> experts = layer_experts(c);
+      expert_samples.reserve(2 * experts.size());
+      for (int64_t e : experts) {
+        const ExpertRows er = expert_rows(model, li, e, run.mlp_in, cap.routing, o.moe_calibrate_all_experts, pool);
+        const int64_t es = std::max<int64_t>(1, er.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
+        const int64_t ff = er.n ? static_cast<int64_t>(er.down_in.size()) / er.n : 1;
+        expert_samples.push_back(every_nth_row(er.in, h, es));
+        expert_samples.push_back(every_nth_row(er.down_in, ff, es));
+        const std::vector<float>* in = &expert_samples[expert_samples.size() - 2];
+        const std::vector<float>* down_in = &expert_samples.back();
+        for (const rt::LayerLinearId& id : rt::layer_linears(c, li))
+          if (id.expert == e)
+            slots.push_back({&rt::layer_linear(L, id), p + id.name, id.slot == rt::LinearObserver::Down ? down_in : in,
+                             rt::LayerInput::Mlp});
+      }
+    }
+    for (const ClipSlot& cl : slots) {
       double shrink = 1;
       ClipErrFn device_err;
       if (dev) {
-        const rt::Linear& lin = **c.lin;
-        const int64_t rows = lin.out_features(), cols = lin.in_features(), g = group_cols(o.group_size, cols, c.name);
+        const rt::Linear& lin = **cl.lin;
+        const int64_t rows = lin.out_features(), cols = lin.in_features(), g = group_cols(o.group_size, cols, cl.name);
         device_err = [&, rows, cols, g](const std::vector<float>& d) {
-          return dev->clip_errors(c.input, step, d.data(), rows, cols, g);
+          return dev->clip_errors(cl.input, step, d.data(), rows, cols, g);
         };
       }
-      if (clip_linear(*c.lin, c.name, *c.in, T, fake_quant, o, pool, &shrink, device_err))
-        rep.lines.push_back(c.name + fmt(": clip, mean max_val / amax %.4f", shrink));
+      if (clip_linear(*cl.lin, cl.name, *cl.in, T, fake_quant, o, pool, &shrink, device_err))
+        rep.lines.push_back(cl.name + fmt(": clip, mean max_val / amax %.4f", shrink));
     }
   }
   return rep;
@@ -619,6 +793,10 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
                                   const TrialLinearFn& trial, ThreadPool& pool) {
   if (o.search && !trial) throw invalid_input("smoothquant", "the alpha search needs a trial quantizer");
   if (o.search && o.alpha_grid.empty()) throw invalid_input("smoothquant", "empty alpha grid");
+  const ModelConfig& c = model.config();
+  if (o.device != device::Kind::Cpu && c.is_moe())
+    throw unsupported("smoothquant --device " + std::string(device::kind_name(o.device)),
+                      "mixture-of-experts layers are smoothed on the CPU only");
   const CalibSet cs = make_calib_set(model, calib);
   // act_max of the q/k/v and gate/up inputs, and (searching) the float
   // layer's output as the reference, on the CPU or the device.
@@ -637,8 +815,8 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
   const rt::LayerWeights base = model.mutable_layer(li);
   const std::string p = layer_prefix(li);
   // w_max over the rows of each mapping's balance Linears.
-  auto w_max = [&](std::initializer_list<const rt::Linear*> lins) {
-    const int64_t cols = (*lins.begin())->in_features();
+  auto w_max = [&](const std::vector<const rt::Linear*>& lins) {
+    const int64_t cols = lins.front()->in_features();
     std::vector<double> m(static_cast<size_t>(cols), 0.0);
     for (const rt::Linear* l : lins) {
       const std::vector<float> w = l->decode_all();
@@ -650,7 +828,13 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
     return m;
   };
   const std::vector<double> wm_attn = w_max({base.q.get(), base.k.get(), base.v.get()});
-  const std::vector<double> wm_mlp = w_max({base.gate.get(), base.up.get()});
+  // A sparse layer's: over every expert's gate and up (the router and the
+  // shared-expert gate are scaled too but stay in float).
+  std::vector<const rt::Linear*> mlp_in_linears;
+  for (const rt::LayerLinearId& id : rt::layer_linears(c, li))
+    if (id.slot == rt::LinearObserver::Gate || id.slot == rt::LinearObserver::Up)
+      mlp_in_linears.push_back(rt::layer_linear(base, id).get());
+  const std::vector<double> wm_mlp = w_max(mlp_in_linears);
   auto scales = [](const std::vector<double>& act, const std::vector<double>& wm, double a) {
     std::vector<float> s(act.size());
     for (size_t j = 0; j < s.size(); ++j)
@@ -669,10 +853,10 @@ SmoothingReport smoothquant_layer(rt::Model& model, int64_t li, const LayerCalib
     auto trial_loss = [&]() {
       rt::LayerWeights& L = model.mutable_layer(li);
       const rt::LayerWeights smoothed = L;
-      for (const rt::LayerLinear& e : rt::kLayerLinears) {
-        std::shared_ptr<rt::Linear>& lin = L.*e.member;
+      for (const rt::LayerLinearId& id : rt::layer_linears(c, li)) {
+        std::shared_ptr<rt::Linear>& lin = rt::layer_linear(L, id);
         const std::vector<float> w = lin->decode_all();
-        std::shared_ptr<rt::Linear> t = trial(p + e.name, w.data(), lin->out_features(), lin->in_features(), lin->bias_values());
+        std::shared_ptr<rt::Linear> t = trial(p + id.name, w.data(), lin->out_features(), lin->in_features(), lin->bias_values());
         if (t) lin = std::move(t);
       }
       double loss = 0;

@@ -39,6 +39,11 @@ using TrialLinearFn = std::function<std::shared_ptr<rt::Linear>(
     const std::string& linear_name, const float* w, int64_t rows, int64_t cols, const std::vector<float>& bias)>;
 
 // The four smoothing mappings of a Llama-family layer, in the order AWQ applies them.
+// In a sparse (mixture-of-experts) layer the MLP mappings are
+//   FfnNormToGateUp: post_attention_layernorm -> the router, every expert's
+//                    gate and up (the shared expert's too) and the shared-expert
+//                    gate; the router and that gate are scaled, never quantized;
+//   UpToDown:        one per expert: that expert's up -> its down.
 enum class Mapping {
   AttnNormToQKV,    // input_layernorm -> q_proj, k_proj, v_proj
   VToO,             // v_proj -> o_proj (only without GQA: v_proj and o_proj weights of equal shape)
@@ -48,13 +53,17 @@ enum class Mapping {
 const char* mapping_name(Mapping m);  // "input_layernorm->q,k,v", ...
 // Whether the mapping exists in layers of this model (VToO needs q_dim == kv_dim).
 bool mapping_applies(const rt::Model& model, Mapping m);
-// Scales the mapping takes: hidden_size, q_dim (= kv_dim) or intermediate_size.
+// Scales the mapping takes in a dense layer: hidden_size, q_dim (= kv_dim) or
+// intermediate_size.
 int64_t mapping_width(const rt::Model& model, Mapping m);
 
-// Folds s (mapping_width values, all > 0 and finite) into layer li. Throws
-// InvalidInput for a wrong size, a non-positive scale or a mapping that does
-// not apply to the model.
-void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const std::vector<float>& s);
+// Folds s (all > 0 and finite; as many as the balance Linears' input columns)
+// into layer li. `expert` names the expert of a sparse layer's UpToDown (a
+// routed index or rt::kSharedExpert) and is rt::kNoExpert otherwise. Throws
+// InvalidInput for a wrong size, a non-positive scale, a mapping that does not
+// apply to the model or a missing or needless expert.
+void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const std::vector<float>& s,
+                            int64_t expert = rt::kNoExpert);
 
 struct AwqOptions {
   int n_grid = 20;               // ratios i / n_grid, i = 0 .. n_grid - 1
@@ -67,9 +76,14 @@ struct AwqOptions {
   int64_t clip_n_grid = 20;
   double clip_max_shrink = 0.5;
   int64_t clip_n_sample_tokens = 512;
+  // Sparse layers: every calibration token goes through every expert for
+  // the per-expert statistics (up -> down and the clip search), as
+  // calibration.moe_calibrate_all_experts does for the quantizer.
+  bool moe_calibrate_all_experts = false;
   // Where the layer runs for the statistics, the scale search's candidates
   // and the clip search's errors (runtime/device_runtime.h's
   // DeviceSmoothingEval); the search logic is the same code either way.
+  // Mixture-of-experts models run on the CPU only.
   device::Kind device = device::Kind::Cpu;
 };
 
@@ -99,7 +113,8 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
                           const AwqOptions& o, ThreadPool& pool);
 
 // SmoothQuant on layer li: input_layernorm -> q/k/v and post_attention_layernorm
-// -> gate/up with s = act_max^a / w_max^(1-a). With o.search, a is the grid
+// -> gate/up (a sparse layer: the router and every expert's gate/up, w_max
+// over the experts') with s = act_max^a / w_max^(1-a). With o.search, a is the grid
 // value minimising the MSE of the layer's output when all its Linears are
 // replaced by trial(...) against the float layer. `trial` may be empty when
 // not searching (then no loss is reported).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include "calibration/calibration_data.h"
@@ -471,6 +472,250 @@ TEST(Smoothing, SmoothQuantFoldsExactlyAndHelpsW8A8) {
   EXPECT_LE(mse_search, mse_05 * (1 + 1e-9));
   EXPECT_NEAR(r.entries[0].loss_after, mse_search, 1e-6 * mse_search + 1e-12);
 }
+
+// ---- mixture-of-experts layers -----------------------------------------------
+
+std::filesystem::path moe_tiny(const std::string& arch) { return source_dir() / "tests" / "data" / "moe-tiny" / arch; }
+
+// Token-slots per expert of every sparse layer.
+struct SlotCounter : rt::LinearObserver {
+  std::map<int64_t, std::vector<int64_t>> slots;
+  void observe(int64_t, Slot, const float*, int64_t, int64_t) override {}
+  void observe_routing(int64_t layer, const int32_t* e, const float*, int64_t n, int64_t k) override {
+    for (int64_t i = 0; i < n * k; ++i) {
+      auto& s = slots[layer];
+      if (s.size() <= static_cast<size_t>(e[i])) s.resize(static_cast<size_t>(e[i]) + 1);
+      ++s[static_cast<size_t>(e[i])];
+    }
+  }
+};
+
+std::vector<float> moe_logits(const rt::Model& m, const std::vector<int32_t>& toks, ThreadPool& pool, SlotCounter* obs) {
+  rt::KvCache cache = m.make_cache(rt::KvDType::F16, static_cast<int64_t>(toks.size()));
+  const int32_t seq = cache.add_sequence();
+  rt::Batch b;
+  for (size_t i = 0; i < toks.size(); ++i) b.add(toks[i], seq, static_cast<int64_t>(i), true);
+  std::vector<float> logits;
+  m.forward(b, cache, logits, pool, obs);
+  return logits;
+}
+
+// The largest |a - b| over max(1, max |a|).
+double relative_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return d / scale;
+}
+
+std::vector<int32_t> moe_tokens(int64_t vocab, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
+  return t;
+}
+
+int64_t expert_width(const rt::Model& m, int64_t li, int64_t e) {
+  const rt::MoeWeights& moe = m.weights().layers[static_cast<size_t>(li)].moe;
+  return (e == rt::kSharedExpert ? moe.shared : moe.experts[static_cast<size_t>(e)]).down->in_features();
+}
+
+class SmoothingMoe : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(moe_tiny(GetParam()) / "model.safetensors"))
+      GTEST_SKIP() << moe_tiny(GetParam()) << " is absent";
+    model_ = rt::load_hf_model(moe_tiny(GetParam()));
+  }
+  std::vector<int64_t> experts() const {
+    std::vector<int64_t> e;
+    for (int64_t i = 0; i < model_->config().num_experts; ++i) e.push_back(i);
+    if (model_->config().shared_expert_intermediate_size > 0) e.push_back(rt::kSharedExpert);
+    return e;
+  }
+  std::unique_ptr<rt::Model> model_;
+};
+
+// Folding scales into a sparse layer keeps its function: the post-attention
+// norm's scales reach the router (and the shared-expert gate) as well as
+// every expert, so every token goes to the same experts, and each expert's
+// up -> down fold is its own. In exact arithmetic nothing changes; the
+// runtime differs by the f32 rounding of the folded weights and the f16 K/V
+// values of later layers that round the other way: moe_test.cpp's bound of
+// 1e-3 of the logit scale covers that. A router left unscaled moves tokens
+// to other experts and logits by their own order (checked below, so the
+// test can fail).
+TEST_P(SmoothingMoe, FoldingKeepsLogitsAndRouting) {
+  ThreadPool pool(2);
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t> toks = moe_tokens(c.vocab_size, 64, 3);
+  SlotCounter before_slots, after_slots;
+  const std::vector<float> before = moe_logits(*model_, toks, pool, &before_slots);
+  std::vector<std::shared_ptr<rt::Linear>> routers;
+  std::mt19937 rng(5);
+  int folds = 0;
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    routers.push_back(model_->weights().layers[static_cast<size_t>(li)].moe.router);
+    apply_smoothing_scales(*model_, li, Mapping::AttnNormToQKV, random_scales(rng, c.hidden_size));
+    apply_smoothing_scales(*model_, li, Mapping::FfnNormToGateUp, random_scales(rng, c.hidden_size));
+    ++folds;
+    if (!c.moe_layer(li)) {
+      apply_smoothing_scales(*model_, li, Mapping::UpToDown, random_scales(rng, c.intermediate_size));
+      continue;
+    }
+    for (int64_t e : experts()) {
+      apply_smoothing_scales(*model_, li, Mapping::UpToDown, random_scales(rng, expert_width(*model_, li, e)), e);
+      ++folds;
+    }
+  }
+  const std::vector<float> after = moe_logits(*model_, toks, pool, &after_slots);
+  const double d = relative_max_diff(before, after);
+  std::printf("  %d MLP folds: logits differ by %.3g of their scale\n", folds, d);
+  EXPECT_EQ(before_slots.slots, after_slots.slots) << "the folded router routes otherwise";
+  EXPECT_LE(d, 1e-3);
+
+  // The same folds with each router put back unscaled.
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li)
+    if (c.moe_layer(li)) model_->mutable_layer(li).moe.router = routers[static_cast<size_t>(li)];
+  SlotCounter unscaled_slots;
+  const std::vector<float> unscaled = moe_logits(*model_, toks, pool, &unscaled_slots);
+  EXPECT_TRUE(unscaled_slots.slots != before_slots.slots || relative_max_diff(before, unscaled) > 1e-3)
+      << "an unscaled router went unnoticed";
+}
+
+TEST_P(SmoothingMoe, ASparseUpToDownFoldNamesOneExpert) {
+  const ModelConfig& c = model_->config();
+  int64_t sparse = -1, dense = -1;
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) (c.moe_layer(li) ? sparse : dense) = li;
+  ASSERT_GE(sparse, 0);
+  const std::vector<float> s(static_cast<size_t>(expert_width(*model_, sparse, 0)), 1.0f);
+  EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s), ErrorKind::InvalidInput,
+                  "needs one of its experts");
+  EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s, c.num_experts), ErrorKind::InvalidInput,
+                  "needs one of its experts");
+  if (c.shared_expert_intermediate_size == 0)
+    EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s, rt::kSharedExpert),
+                    ErrorKind::InvalidInput, "needs one of its experts");
+  EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, std::vector<float>(3, 1.0f), 0),
+                  ErrorKind::InvalidInput, "expected " + std::to_string(s.size()) + " scales");
+  EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::FfnNormToGateUp,
+                                         std::vector<float>(static_cast<size_t>(c.hidden_size), 1.0f), 0),
+                  ErrorKind::InvalidInput, "only a sparse layer's up -> down");
+  if (dense >= 0)
+    EXPECT_QF_ERROR(apply_smoothing_scales(*model_, dense, Mapping::UpToDown,
+                                           std::vector<float>(static_cast<size_t>(c.intermediate_size), 1.0f), 0),
+                    ErrorKind::InvalidInput, "only a sparse layer's up -> down");
+}
+
+std::vector<std::vector<int32_t>> moe_samples(int64_t vocab, int n, int len, uint32_t seed) {
+  std::vector<std::vector<int32_t>> s;
+  for (int i = 0; i < n; ++i) s.push_back(moe_tokens(vocab, len, seed + static_cast<uint32_t>(i)));
+  return s;
+}
+
+// W4 g16 (the tiny models' widths: 64, 48, 80, 128).
+std::vector<float> rtn_w4_g16(const std::string&, const float* w, int64_t rows, int64_t cols) {
+  return quantize_rtn(w, rows, cols, QuantScheme::make(4, true, QuantStrategy::Group, 16, DType::F32)).dequantize();
+}
+
+// AWQ on a sparse layer: the norm -> router/experts search, one up -> down
+// search per expert the calibration reaches, a line for each it does not,
+// and the clip search on every expert's Linears; the float layer is
+// unchanged but for rounding, and no search makes its module worse.
+TEST_P(SmoothingMoe, AwqSearchesEveryExpertTheCalibrationReaches) {
+  ThreadPool pool(2);
+  const ModelConfig& c = model_->config();
+  const int64_t li = 0;
+  ASSERT_TRUE(c.moe_layer(li));
+  const FixtureCalib fc = layer_inputs(*model_, li, moe_samples(c.vocab_size, 4, 48, 21), pool);
+  const std::vector<float> ref = layer_output(*model_, li, fc, pool);
+  AwqOptions o;
+  o.group_size = 16;
+  o.n_grid = 10;
+  const SmoothingReport r = awq_layer(*model_, li, fc.calib(), rtn_w4_g16, o, pool);
+  for (const auto& l : r.lines) std::printf("  %s\n", l.c_str());
+  ASSERT_GE(r.entries.size(), 2u);
+  EXPECT_EQ(r.entries[0].what, "input_layernorm->q,k,v");
+  EXPECT_EQ(r.entries[1].what, "post_attention_layernorm->router,experts' gate,up");
+  size_t searched = 0, unreached = 0, clipped = 0;
+  for (int64_t e : experts()) {
+    const std::string label = (e == rt::kSharedExpert ? std::string("shared expert") : "expert " + std::to_string(e)) +
+                              " up_proj->down_proj";
+    bool found = false;
+    for (const auto& en : r.entries) found = found || en.what == label;
+    searched += found;
+    for (const auto& l : r.lines) unreached += l.find(label + ": no calibration token reaches it") != std::string::npos;
+  }
+  for (const rt::LayerLinearId& id : rt::layer_linears(c, li))
+    for (const auto& l : r.lines) clipped += id.expert != rt::kNoExpert && l.rfind("model.layers.0." + id.name + ": clip", 0) == 0;
+  EXPECT_EQ(searched + unreached, experts().size());
+  EXPECT_GT(searched, 0u);
+  EXPECT_EQ(clipped, 3 * searched) << "each reached expert's three Linears are clipped";
+  for (const auto& e : r.entries) {
+    EXPECT_LE(e.loss_after, e.loss_before) << e.what;
+    EXPECT_GT(e.loss_before, 0) << e.what;
+  }
+  // Scales and clipping only: the float layer (its clipped weights aside) is
+  // close to the original. Clipping changes weights, so compare a run with
+  // the clip off for the rounding-only bound.
+  auto scaled = rt::load_hf_model(moe_tiny(GetParam()));
+  o.apply_clip = false;
+  awq_layer(*scaled, li, fc.calib(), rtn_w4_g16, o, pool);
+  EXPECT_LT(mse(layer_output(*scaled, li, fc, pool), ref), kFoldMseFraction * mse(ref, std::vector<float>(ref.size(), 0.0f)));
+}
+
+// Two tokens reach at most 2k experts; with moe_calibrate_all_experts every
+// expert's search sees both.
+TEST_P(SmoothingMoe, AwqReportsUnreachedExpertsAndSearchesAllWhenAsked) {
+  ThreadPool pool(2);
+  const ModelConfig& c = model_->config();
+  const FixtureCalib fc = layer_inputs(*model_, 0, moe_samples(c.vocab_size, 1, 2, 8), pool);
+  AwqOptions o;
+  o.group_size = 16, o.n_grid = 4, o.apply_clip = false;
+  auto count = [&](const SmoothingReport& r) {
+    std::pair<size_t, size_t> n{0, 0};  // searched experts, unreached ones
+    for (const auto& e : r.entries) n.first += e.what.find("up_proj->down_proj") != std::string::npos;
+    for (const auto& l : r.lines) n.second += l.find("no calibration token reaches it") != std::string::npos;
+    return n;
+  };
+  const auto routed = count(awq_layer(*model_, 0, fc.calib(), rtn_w4_g16, o, pool));
+  EXPECT_EQ(routed.first + routed.second, experts().size());
+  EXPECT_GT(routed.second, 0u);
+  EXPECT_LE(routed.first, static_cast<size_t>(2 * c.num_experts_per_tok) + (experts().size() - c.num_experts));
+  auto all = rt::load_hf_model(moe_tiny(GetParam()));
+  o.moe_calibrate_all_experts = true;
+  const auto every = count(awq_layer(*all, 0, fc.calib(), rtn_w4_g16, o, pool));
+  EXPECT_EQ(every.first, experts().size());
+  EXPECT_EQ(every.second, 0u);
+}
+
+// SmoothQuant on a sparse layer folds exactly (the router compensated) and
+// its alpha search, over the layer with every expert in W8A8, does no worse
+// than leaving the layer unsmoothed.
+TEST_P(SmoothingMoe, SmoothQuantFoldsIntoTheRouterAndExperts) {
+  ThreadPool pool(2);
+  const ModelConfig& c = model_->config();
+  const int64_t li = 0;
+  const FixtureCalib fc = layer_inputs(*model_, li, moe_samples(c.vocab_size, 3, 48, 31), pool);
+  const std::vector<float> ref = layer_output(*model_, li, fc, pool);
+  const std::vector<float> router = model_->weights().layers[li].moe.router->decode_all();
+  SmoothQuantOptions o;
+  o.alpha = 0.5;
+  smoothquant_layer(*model_, li, fc.calib(), o, {}, pool);
+  EXPECT_NE(model_->weights().layers[li].moe.router->decode_all(), router) << "the router was not scaled";
+  EXPECT_LT(mse(layer_output(*model_, li, fc, pool), ref), kFoldMseFraction * mse(ref, std::vector<float>(ref.size(), 0.0f)));
+  auto s = rt::load_hf_model(moe_tiny(GetParam()));
+  o.search = true;
+  const SmoothingReport r = smoothquant_layer(*s, li, fc.calib(), o, w8a8, pool);
+  ASSERT_EQ(r.entries.size(), 1u);
+  std::printf("  %s\n", r.lines[0].c_str());
+  EXPECT_TRUE(std::isfinite(r.entries[0].loss_after));
+  EXPECT_LE(r.entries[0].loss_after, r.entries[0].loss_before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SmoothingMoe, ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"));
 
 }  // namespace
 }  // namespace qf

@@ -4,7 +4,8 @@
 # export format writes one entry per expert and reads back; GGUF stacks the
 # experts and its imatrix keeps one row per expert; a calibration set that
 # reaches only some experts still gives finite scales for every expert, with
-# the fallback reported; what does not support MoE says so in one line.
+# the fallback reported; AWQ and SmoothQuant fold their scales into the
+# routers; what does not support MoE says so in one line.
 source "$(dirname "$0")/lib.sh"
 
 fx="$SRC/tests/data/fixture-mixtral"
@@ -56,11 +57,38 @@ for i in range(3):
             assert h[p + "weight_packed"]["dtype"] == "I32" and p + "weight_scale" in h, p
 PYEOF
 
-# Every export format, read back by the runtime (AutoAWQ's layout from RTN:
-# AWQ's own search does not take MoE models).
-printf 'quant_stage:\n  quant_modifiers:\n    QuantizationModifier: {targets: [Linear], ignore: [lm_head], scheme: W4A16_ASYM}\nexport:\n  format: awq\n' >"$WORK/rtn-awqfmt.yaml"
-cp "$rec"/{fp8,nvfp4,nvfp4a16-modelopt,w4-gptq-gptqfmt,w8a8-rtn}.yaml "$WORK/"
-for r in fp8 nvfp4 nvfp4a16-modelopt w4-gptq-gptqfmt w8a8-rtn rtn-awqfmt; do
+# AWQ: the post-attention norm's scales fold into the router and every
+# expert's gate/up, each expert's up -> down is searched on its own tokens.
+# Its KL is below RTN's in the same W4 g128 scheme; the router and the norm
+# leave the search changed (the router is scaled, never quantized).
+"$QF" quantize "$fx" --recipe "$rec/w4-awq.yaml" --calib "$calib" -o "$WORK/awq" >"$WORK/awq.out" 2>"$WORK/awq.err" \
+  || fail "quantize w4-awq: $(cat "$WORK/awq.err")"
+n_searched=$(grep -c "expert [0-7] up_proj->down_proj: \(ratio\|no scaling\)" "$WORK/awq.err")
+[[ $n_searched -eq 24 ]] && grep -q "post_attention_layernorm->router,experts' gate,up" "$WORK/awq.err" \
+  && ok "AWQ searches the norm -> router/experts mapping and 24 experts' up -> down" \
+  || fail "AWQ searches: $n_searched expert lines; $(head -c 2000 "$WORK/awq.err")"
+k_awq=$(kl "$WORK/awq") && $PY -c "import sys; a, r = map(float, sys.argv[1:]); assert a < r, (a, r)" "$k_awq" "$k_rtn" \
+  && ok "KL: AWQ $k_awq < RTN $k_rtn" || fail "KL: AWQ ${k_awq:-?} RTN ${k_rtn:-?}"
+$PY - "$fx" "$WORK/awq" <<'PYEOF' && ok "AWQ: routers and norms written as scaled, routers unquantized" || fail "AWQ output routers"
+import json, struct, sys
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: (v["dtype"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+for i in range(3):
+    for name in (f"model.layers.{i}.block_sparse_moe.gate.weight", f"model.layers.{i}.post_attention_layernorm.weight"):
+        assert b[name][0] == "F16" and len(b[name][1]) == len(a[name][1]), name
+        assert b[name][1] != a[name][1], name + " unchanged"
+ig = json.load(open(sys.argv[2] + "/config.json"))["quantization_config"]["ignore"]
+assert all(f"model.layers.{i}.block_sparse_moe.gate" in ig for i in range(3)), ig
+PYEOF
+
+# Every export format, read back by the runtime (AutoAWQ's layout from AWQ's
+# own search; W8A8 with SmoothQuant folded into the routers and experts).
+cp "$rec"/{fp8,nvfp4,nvfp4a16-modelopt,w4-gptq-gptqfmt,w8a8-rtn,w8a8-sq,w4asym-awq-awqfmt}.yaml "$WORK/"
+for r in fp8 nvfp4 nvfp4a16-modelopt w4-gptq-gptqfmt w8a8-rtn w8a8-sq w4asym-awq-awqfmt; do
   "$QF" -q quantize "$fx" --recipe "$WORK/$r.yaml" --calib "$calib" -o "$WORK/$r" >/dev/null 2>"$WORK/$r.err" \
     && k=$(kl "$WORK/$r") && ok "$r: exported and read back, KL $k" || fail "$r: $(cat "$WORK/$r.err")"
 done
@@ -114,6 +142,12 @@ for r in fp8 nvfp4; do
     && $PY "$WORK/finite.py" "$WORK/few-$r" && k=$(kl "$WORK/few-$r") \
     && ok "$r from two calibration tokens: finite scales for every expert, KL $k" || fail "few-token $r: $(cat "$WORK/few-$r.err")"
 done
+# AWQ from the same two tokens: the experts they miss keep their up -> down unscaled.
+sed -e 's/^  num_samples:.*/  num_samples: 1/' -e 's/^  seq_len:.*/  seq_len: 2/' "$rec/w4-awq.yaml" >"$WORK/few-awq.yaml"
+"$QF" quantize "$fx" --recipe "$WORK/few-awq.yaml" --calib "$calib" -o "$WORK/few-awq" >/dev/null 2>"$WORK/few-awq.err" \
+  && grep -q "expert [0-7] up_proj->down_proj: no calibration token reaches it, not scaled" "$WORK/few-awq.err" \
+  && $PY "$WORK/finite.py" "$WORK/few-awq" && k=$(kl "$WORK/few-awq") \
+  && ok "w4-awq from two calibration tokens: unreached experts reported, finite scales, KL $k" || fail "few-token w4-awq: $(cat "$WORK/few-awq.err")"
 $PY - "$WORK/few/quantization_report.json" <<'PYEOF' && ok "the report gives every expert's calibration tokens and its fallback" || fail "report of $WORK/few"
 import json, sys
 lin = [l for l in json.load(open(sys.argv[1]))["linears"] if ".experts." in l["name"]]
@@ -163,8 +197,6 @@ expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" eval "$f
 expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" quantize "$fx" --recipe "$rec/w4-gptq.yaml" -o "$WORK/dev" --device host
 expect_exit 4 "device runtime does not run mixture-of-experts" -- "$QF" imatrix "$fx" --text "$calib" -o "$WORK/dev.gguf" --device host
 [[ ! -e "$WORK/dev" && ! -e "$WORK/dev.gguf" ]] && ok "nothing written for the refused device runs" || fail "output of a refused device run exists"
-expect_exit 4 "AWQModifier is not supported for mixture-of-experts" -- "$QF" quantize "$fx" --recipe "$rec/w4-awq.yaml" -o "$WORK/awq"
-[[ ! -e "$WORK/awq" ]] && ok "nothing written for the refused recipe" || fail "$WORK/awq exists"
 
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

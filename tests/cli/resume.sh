@@ -2,7 +2,8 @@
 # first layer is finished, after one, after several; twice in a row) and then
 # resumed writes the same bytes as an uninterrupted run. Also: a saved state
 # is used only for the same inputs, a run without --resume discards it, and
-# two runs to the same output exclude each other.
+# two runs to the same output exclude each other. AWQ on a mixture-of-experts
+# model resumes with its scaled routers.
 source "$(dirname "$0")/lib.sh"
 M="$SRC/tests/data/fixture-llama"
 R="$SRC/tests/data/recipes"
@@ -46,15 +47,18 @@ if kill_when "$S/state.json" 0 "$WORK/g" -- "$QF" quantize "$M" --recipe "$R/w4-
   [[ -z $(find "$WORK" -maxdepth 1 -name '.g.tmp.*') ]] && ok "no temporary of the killed runs is left" || fail "temporaries left: $(ls -a "$WORK")"
 fi
 
-# AWQ rewrites norms and the Linears it does not quantize; FP8 with static
-# input scales and KV-cache scales keeps per-layer ranges.
+# AWQ rewrites norms and the Linears it does not quantize (on the
+# mixture-of-experts fixture the routers as well); FP8 with static input
+# scales and KV-cache scales keeps per-layer ranges.
 C="$SRC/tests/data/text/calibration.txt"
-for recipe in w4-awq fp8; do
-  "$QF" -q quantize "$M" --recipe "$R/$recipe.yaml" -o "$WORK/$recipe-ref" --calib "$C" --threads 2 >/dev/null
-  if kill_when "$WORK/.$recipe.resume/state.json" 2 "$WORK/$recipe" -- \
-       "$QF" quantize "$M" --recipe "$R/$recipe.yaml" -o "$WORK/$recipe" --calib "$C" --threads 1; then
-    "$QF" -q quantize "$M" --recipe "$R/$recipe.yaml" -o "$WORK/$recipe" --calib "$C" --threads 2 --resume >/dev/null
-    if same_output "$WORK/$recipe-ref" "$WORK/$recipe"; then ok "$recipe killed and resumed: same bytes"; else fail "$recipe resumed output differs"; fi
+for case in "w4-awq $M w4-awq" "fp8 $M fp8" "moe-awq $SRC/tests/data/fixture-mixtral w4-awq"; do
+  read -r tag model recipe <<<"$case"
+  "$QF" -q quantize "$model" --recipe "$R/$recipe.yaml" -o "$WORK/$tag-ref" --calib "$C" --threads 2 >/dev/null \
+    || { fail "quantize $model with $recipe"; continue; }
+  if kill_when "$WORK/.$tag.resume/state.json" 2 "$WORK/$tag" -- \
+       "$QF" quantize "$model" --recipe "$R/$recipe.yaml" -o "$WORK/$tag" --calib "$C" --threads 1; then
+    "$QF" -q quantize "$model" --recipe "$R/$recipe.yaml" -o "$WORK/$tag" --calib "$C" --threads 2 --resume >/dev/null
+    if same_output "$WORK/$tag-ref" "$WORK/$tag"; then ok "$tag killed and resumed: same bytes"; else fail "$tag resumed output differs"; fi
   fi
 done
 
