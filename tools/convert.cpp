@@ -1,5 +1,6 @@
 // quantforge convert INPUT --to hf --tokenizer FILE -o OUT      (llama2.c checkpoint -> Hugging Face folder)
-// quantforge convert MODEL --to gguf --type TYPE [--imatrix F] -o OUT.gguf   (Hugging Face -> GGUF)
+// quantforge convert MODEL --to gguf --type TYPE [--imatrix F] [--output-tensor-type T]
+//                   [--token-embedding-type T] -o OUT.gguf   (Hugging Face -> GGUF)
 #include <filesystem>
 
 #include "commands.h"
@@ -15,7 +16,7 @@ namespace qf::cli {
 namespace {
 
 struct ConvertOpts {
-  std::string input, to, tokenizer, out, type = "F16", imatrix;
+  std::string input, to, tokenizer, out, type = "F16", imatrix, output_type, token_embd_type;
   int threads = 0;
   bool force = false, allow_nonfinite = false;
 };
@@ -30,6 +31,9 @@ void run_gguf(const ConvertOpts& o) {
   g.preset = o.type;
   g.imatrix = o.imatrix;
   g.allow_nonfinite = o.allow_nonfinite;
+  if (!o.output_type.empty()) g.overrides.output = gguf_mix::parse_tensor_type(o.output_type, "--output-tensor-type");
+  if (!o.token_embd_type.empty())
+    g.overrides.token_embd = gguf_mix::parse_tensor_type(o.token_embd_type, "--token-embedding-type");
   const bool quiet = Progress::quiet();
   g.note = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
@@ -48,6 +52,8 @@ void run_convert(const ConvertOpts& o) {
   if (o.to == "gguf") return run_gguf(o);
   if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
   if (o.allow_nonfinite) throw Error(ErrorKind::Usage, "--allow-nonfinite applies to --to gguf");
+  if (!o.output_type.empty() || !o.token_embd_type.empty())
+    throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type apply to --to gguf");
   if (o.to != "hf")
     throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder) or 'gguf', got '" + o.to + "'");
   if (fs::is_directory(o.input))
@@ -67,6 +73,10 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
   cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
   cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
+  cmd->add_option("--output-tensor-type", o->output_type,
+                  "gguf: type of output.weight (f16, q8_0, q6_K, ...) instead of the preset's, as llama-quantize's option");
+  cmd->add_option("--token-embedding-type", o->token_embd_type,
+                  "gguf: type of token_embd.weight instead of the preset's, as llama-quantize's option");
   add_threads_option(cmd, o->threads);
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (tok512.bin, tokenizer.bin)");
   cmd->add_option("-o,--output", o->out, "output: a .gguf file (--force to replace one), or a folder for --to hf (must not exist, or be empty)")->required();

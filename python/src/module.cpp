@@ -214,7 +214,9 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
 }
 
 py::object cmd_convert(const py::object& model, const py::object& out, const std::string& type, const py::object& imatrix,
-                   bool force, bool allow_nonfinite, std::optional<int> threads, bool progress) {
+                   bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
+                   const std::optional<std::string>& output_tensor_type,
+                   const std::optional<std::string>& token_embedding_type) {
   const std::string m = path_arg(model), o = path_arg(out);
   const std::string im = opt_path(imatrix).value_or("");
   nlohmann::ordered_json j;
@@ -230,6 +232,9 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
     g.preset = type;
     g.imatrix = im;
     g.allow_nonfinite = allow_nonfinite;
+    if (output_tensor_type) g.overrides.output = gguf_mix::parse_tensor_type(*output_tensor_type, "output_tensor_type");
+    if (token_embedding_type)
+      g.overrides.token_embd = gguf_mix::parse_tensor_type(*token_embedding_type, "token_embedding_type");
     g.note = [&notes](const std::string& s) { notes.push_back(s); };
     const GgufConvertResult r = convert_hf_to_gguf(rm.dir, o, g, pool);
     nlohmann::ordered_json types = nlohmann::ordered_json::object();
@@ -617,7 +622,8 @@ PYBIND11_MODULE(_quantforge, m) {
         py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu");
   m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = "Q4_K_M",
         py::arg("imatrix") = py::none(), py::arg("force") = false, py::arg("allow_nonfinite") = false,
-        py::arg("threads") = py::none(), py::arg("progress") = true);
+        py::arg("threads") = py::none(), py::arg("progress") = true, py::arg("output_tensor_type") = py::none(),
+        py::arg("token_embedding_type") = py::none());
   m.def("imatrix", &cmd_imatrix, py::arg("model"), py::arg("text"), py::arg("out"), py::arg("ctx") = 512,
         py::arg("chunks") = 0, py::arg("process_output") = false, py::arg("force") = false,
         py::arg("allow_nonfinite") = false, py::arg("threads") = py::none(), py::arg("progress") = true,

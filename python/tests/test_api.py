@@ -108,6 +108,11 @@ def test_convert_is_byte_identical_to_cli(cli, tmp_path):
     with pytest.raises(qf.Unsupported):
         g.tensor("blk.0.attn_q.weight")  # quantized: no raw view
     assert q.dtype == np.float32 and q.shape == qf.Model(FIXTURE).tensor("model.layers.0.self_attn.q_proj.weight").shape
+    o = qf.convert(FIXTURE, tmp_path / "ov.gguf", type="Q4_K_M", output_tensor_type="f16",
+                   token_embedding_type="q8_0", progress=False)
+    assert o["tensor_types"]["output.weight"] == "f16" and o["tensor_types"]["token_embd.weight"] == "q8_0", o
+    with pytest.raises(qf.UsageError):
+        qf.convert(FIXTURE, tmp_path / "bad.gguf", type="Q4_K_M", output_tensor_type="q4_K_M", progress=False)
     with pytest.raises(qf.IoError):
         qf.convert(FIXTURE, a, type="Q8_0", progress=False)  # exists: refused without force
     with pytest.raises(qf.IoError):

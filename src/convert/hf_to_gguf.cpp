@@ -166,7 +166,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     descs.push_back({g, std::vector<int64_t>(ne_of[g].begin(), ne_of[g].end())});
   }
   gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.num_experts};
-  const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix);
+  const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
 
   GgufWriter w(out);
   // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "quantizers/gguf_mix.h"
 
 namespace qf {
 
@@ -21,6 +22,7 @@ struct GgufConvertOptions {
   std::filesystem::path imatrix;         // optional importance matrix (.gguf or .dat)
   std::function<void(const std::string&)> note;  // messages (fallbacks, missing imatrix entries)
   bool allow_nonfinite = false;          // false: a NaN/Inf weight is InvalidInput naming the tensor
+  gguf_mix::TypeOverrides overrides;     // llama-quantize's --output-tensor-type / --token-embedding-type
 };
 
 struct GgufConvertResult {

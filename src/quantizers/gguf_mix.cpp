@@ -118,6 +118,7 @@ bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 ||
 struct State {
   const Preset& preset;
   const ModelDesc& model;
+  TypeOverrides overrides;
   bool has_imatrix = false;
   bool tied_embeddings = true;  // until output.weight is seen
   bool is_70b = false;
@@ -143,7 +144,10 @@ int64_t layer_of(const State& s, int64_t counter, const std::string& name) {
 uint32_t mix_type(State& s, uint32_t type, const TensorDesc& t, Category cat, std::string& note) {
   const uint32_t ft = s.preset.ftype;
   const int64_t n_expert = s.model.n_expert;
-  if (cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) {
+  if ((cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) &&
+      s.overrides.output != kNoOverride) {
+    type = s.overrides.output;
+  } else if (cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) {
     const int64_t nx = t.ne[0];
     const int64_t qk = block_size(type);
     if (s.falcon || nx % qk != 0) {
@@ -290,7 +294,25 @@ std::vector<std::string> sorted_tensor_order(std::vector<std::string> names) {
   return names;
 }
 
-std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix) {
+uint32_t parse_tensor_type(const std::string& name, const std::string& flag) {
+  namespace gt = ggml_type;
+  static const uint32_t kTypes[] = {gt::F32,  gt::F16,  gt::BF16, gt::Q8_0, gt::Q6_K, gt::Q5_K, gt::Q4_K,
+                                    gt::Q3_K, gt::Q2_K, gt::Q4_0, gt::Q4_1, gt::Q5_0, gt::Q5_1};
+  std::string valid;
+  for (uint32_t t : kTypes) {
+    const std::string n = type_name(t);
+    if (n.size() == name.size() &&
+        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+      return t;
+    valid += (valid.empty() ? "" : " ") + n;
+  }
+  throw Error(ErrorKind::Usage, flag + ": unknown tensor type '" + name + "' (one of " + valid + ")");
+}
+
+std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix,
+                             const TypeOverrides& overrides) {
+  for (uint32_t o : {overrides.output, overrides.token_embd})
+    if (o != kNoOverride && !ggml_type_info(o)) throw invalid_input(p.name, "unknown override type " + std::to_string(o));
   if (!ggml_type_info(p.base_type)) throw invalid_input(p.name, "unknown base type " + std::to_string(p.base_type));
   if (m.n_layer < 1) throw invalid_input("model", "n_layer must be at least 1, got " + std::to_string(m.n_layer));
   std::set<std::string> seen;
@@ -303,7 +325,7 @@ std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<Te
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const TensorDesc& a, const TensorDesc& b) { return weight_name_less(a.name, b.name); });
 
-  State s{p, m};
+  State s{p, m, overrides};
   s.has_imatrix = has_imatrix;
   s.falcon = m.arch == "falcon";
   s.n_gqa = m.n_head_kv > 0 ? m.n_head / m.n_head_kv : 0;
@@ -333,6 +355,17 @@ std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<Te
       type = shape_fallback(t, type, fb_note);
       if (!fb_note.empty()) tp.note = fb_note;
       tp.type = type;
+    }
+    // llama-quantize sets these last, by exact name, with no fallback.
+    if (allows_quantization(t)) {
+      const char* flag = nullptr;
+      if (overrides.token_embd != kNoOverride && t.name == "token_embd.weight")
+        tp.type = overrides.token_embd, flag = "--token-embedding-type";
+      if (overrides.output != kNoOverride && t.name == "output.weight") tp.type = overrides.output, flag = "--output-tensor-type";
+      if (flag && t.ne[0] % block_size(tp.type) != 0)
+        throw invalid_input(t.name, std::string(flag) + " " + type_name(tp.type) + ": the row length " +
+                                        std::to_string(t.ne[0]) + " is not a multiple of its block size " +
+                                        std::to_string(block_size(tp.type)));
     }
     tp.quantized = is_block_quantized(tp.type);
     out.push_back(std::move(tp));

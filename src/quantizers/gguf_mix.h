@@ -9,8 +9,9 @@
 // src/llama-model-loader.h (weight_name_comparer: the order llama-quantize
 // processes the tensors in, which matters because the attn_v / ffn_down rules
 // count tensors as they go). Only the presets listed in presets() are
-// supported (no IQ*, TQ*, MXFP4, Q2_K_S); no --tensor-type, --pure,
-// --output-tensor-type, --token-embedding-type or --leave-output-tensor.
+// supported (no IQ*, TQ*, MXFP4, Q2_K_S); --output-tensor-type and
+// --token-embedding-type are (TypeOverrides), --tensor-type, --pure and
+// --leave-output-tensor are not.
 //
 // Rules in short (k-quant presets):
 //   - output.weight (and token_embd.weight when the model has no output.weight,
@@ -83,11 +84,26 @@ struct TensorPlan {
   std::string note;
 };
 
+// llama-quantize's --output-tensor-type and --token-embedding-type: the type
+// of output.weight (with tied embeddings: token_embd.weight, through the
+// output rule) and of token_embd.weight, whatever the preset's rules say, for
+// every preset (the float ones too). kNoOverride leaves the rules alone.
+inline constexpr uint32_t kNoOverride = ~0u;
+struct TypeOverrides {
+  uint32_t output = kNoOverride, token_embd = kNoOverride;
+};
+// A ggml type name as llama-quantize takes it ("q6_K", "Q8_0", "f16"; case-
+// insensitive) among the types the converter writes: F32 F16 BF16 Q8_0 Q6_K
+// Q5_K Q4_K Q3_K Q2_K Q4_0 Q4_1 Q5_0 Q5_1. Unknown: Usage error naming `flag`.
+uint32_t parse_tensor_type(const std::string& name, const std::string& flag);
+
 // One plan per tensor, in llama.cpp's processing order (sorted_tensor_order).
 // Errors: InvalidInput for a bad description (n_layer < 1, empty or non-positive
 // ne, duplicate names, an MoE ffn tensor whose "blk.N." is missing or out of
-// range).
-std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix);
+// range) or an override type whose block size does not divide the tensor's
+// row length.
+std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix,
+                             const TypeOverrides& overrides = {});
 
 // weight_name_comparer order: names without a "blk.N." prefix first (layer -1),
 // then by block number; names sorted bytewise within a layer.

@@ -358,3 +358,44 @@ TEST(GgufMix, NonQuantizedTensorsFollowConverter) {
   EXPECT_EQ(b.at("blk.0.altup_proj.weight").type, gt::BF16);
   EXPECT_EQ(b.at("position_embd.weight").type, gt::F32);
 }
+
+// llama-quantize's --output-tensor-type / --token-embedding-type: set last by
+// exact name for any preset, the output type through the output rule (so a
+// tied token_embd takes it too, with the row-length fallback), and refused
+// when its block does not divide an overridden tensor's rows.
+TEST(GgufMix, OutputAndTokenEmbeddingTypeOverrides) {
+  const Preset& q4 = parse_preset("Q4_K_M");
+  TypeOverrides ov;
+  ov.output = gt::F16, ov.token_embd = gt::Q8_0;
+  auto m = by_name(plan(q4, kLlama7B, llama_layout(32, 4096, 11008, 4096, 32000), false, ov));
+  EXPECT_EQ(m.at("output.weight").type, gt::F16);
+  EXPECT_FALSE(m.at("output.weight").quantized);
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::Q8_0);
+  EXPECT_EQ(m.at("blk.0.attn_v.weight").type, gt::Q6_K);  // the rest as without overrides
+  EXPECT_EQ(m.at("blk.1.attn_q.weight").type, gt::Q4_K);
+
+  // Tied embeddings: token_embd follows the output override, its own wins.
+  TypeOverrides out_only;
+  out_only.output = gt::Q5_K;
+  m = by_name(plan(q4, kLlama7B, llama_layout(32, 4096, 11008, 4096, 32000, false), false, out_only));
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::Q5_K);
+  m = by_name(plan(q4, kLlama7B, llama_layout(32, 4096, 11008, 4096, 32000, false), false, ov));
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::Q8_0);
+
+  // Float presets take them as well; the layers stay float.
+  m = by_name(plan(parse_preset("F16"), kLlama7B, llama_layout(2, 4096, 11008, 4096, 32000), false, out_only));
+  EXPECT_EQ(m.at("output.weight").type, gt::Q5_K);
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::F16);
+  EXPECT_EQ(m.at("blk.0.attn_q.weight").type, gt::F16);
+
+  // A k-quant output type on rows of 288 (stories260K's width): refused.
+  TypeOverrides k;
+  k.token_embd = gt::Q4_K;
+  EXPECT_QF_ERROR(plan(q4, {"llama", 2, 6, 6, 0}, llama_layout(2, 288, 768, 288, 512), false, k), qf::ErrorKind::InvalidInput,
+                  "--token-embedding-type q4_K: the row length 288 is not a multiple of its block size 256");
+
+  EXPECT_EQ(parse_tensor_type("Q6_k", "--output-tensor-type"), gt::Q6_K);
+  EXPECT_EQ(parse_tensor_type("bf16", "--output-tensor-type"), gt::BF16);
+  EXPECT_QF_ERROR(parse_tensor_type("iq4_xs", "--output-tensor-type"), qf::ErrorKind::Usage,
+                  "--output-tensor-type: unknown tensor type 'iq4_xs' (one of f32 f16 bf16 q8_0 q6_K");
+}

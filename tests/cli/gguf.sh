@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# convert --to gguf (presets, imatrix), the runtime on GGUF (eval, generate, bench), inspect, errors.
+# convert --to gguf (presets, imatrix, output/embedding type overrides), the runtime on GGUF (eval, generate, bench), inspect, errors.
 source "$(dirname "$0")/lib.sh"
 
 fx="$SRC/tests/data/fixture-llama"
@@ -45,6 +45,16 @@ assert 'blk.0.attn_q.weight.in_sum2' in names and 'blk.3.ffn_down.weight.counts'
 "$QF" inspect "$WORK/q2.gguf" --json | $PY -c "import json,sys; m=json.load(sys.stdin)['metadata']; assert m['quantize.imatrix.chunks_count']==4, m" \
   && ok "imatrix provenance recorded" || fail "no quantize.imatrix keys"
 
+# llama-quantize's --output-tensor-type / --token-embedding-type.
+"$QF" -q convert "$fx" --to gguf --type Q4_K_M --output-tensor-type f16 --token-embedding-type Q8_0 -o "$WORK/ov.gguf" \
+  && "$QF" inspect "$WORK/ov.gguf" --json | $PY -c "
+import json, sys
+t = {x['name']: x['type'] for x in json.load(sys.stdin)['tensors']}
+assert t['output.weight'] == 'f16' and t['token_embd.weight'] == 'q8_0' and t['blk.0.attn_q.weight'] == 'q4_K', t" \
+  && ok "--output-tensor-type f16 --token-embedding-type Q8_0" || fail "type overrides"
+expect_exit 2 "--output-tensor-type: unknown tensor type 'q4_K_M'" -- \
+  "$QF" convert "$fx" --to gguf --type Q4_K_M --output-tensor-type q4_K_M -o "$WORK/y.gguf"
+expect_exit 2 "apply to --to gguf" -- "$QF" convert "$fx" --to hf --output-tensor-type f16 -o "$WORK/h"
 expect_exit 2 "unknown preset|Q4_K_M" -- "$QF" convert "$fx" --to gguf --type Q4_K_XL -o "$WORK/y.gguf"
 [[ ! -e "$WORK/y.gguf" ]] && ok "no output after a failed conversion" || fail "y.gguf left behind"
 expect_exit 2 "--imatrix applies to --to gguf" -- "$QF" convert "$fx" --to hf --imatrix "$WORK/im.gguf" -o "$WORK/h"
