@@ -4,8 +4,9 @@
 # against the f16 model on the first 40 chunks (llama.cpp's convention) of
 # tests/data/text/evaluation.txt and, when ../shared is present, of the
 # WikiText-2 test set. Recipes calibrate on tests/data/text/calibration.txt.
-# A recipe the model does not support (AWQ and SmoothQuant on a
-# mixture-of-experts model) gets a row saying so.
+# A recipe the model does not support gets a row saying so. The last row is
+# Q4_K_M with output.weight and token_embd.weight kept f16, as the recipes
+# keep lm_head and the embeddings.
 #
 #   scripts/bench/scheme_table.sh [--chunks 40] [--model tests/data/fixture-mixtral]
 set -euo pipefail
@@ -62,3 +63,6 @@ for p in Q8_0 Q6_K Q5_K_M Q4_K_M Q3_K_M Q2_K; do
   "$qf" -q convert "$fx" --to gguf --type "$p" -o "$out/$p.gguf"
   row "GGUF-$p" "$out/$p.gguf" "quantforge convert $fx --to gguf --type $p -o OUT.gguf"
 done
+keep="--output-tensor-type f16 --token-embedding-type f16"
+"$qf" -q convert "$fx" --to gguf --type Q4_K_M $keep -o "$out/Q4_K_M-f16-ends.gguf"
+row "GGUF-Q4_K_M-f16-output-embd" "$out/Q4_K_M-f16-ends.gguf" "quantforge convert $fx --to gguf --type Q4_K_M $keep -o OUT.gguf"
