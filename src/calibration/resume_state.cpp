@@ -17,6 +17,8 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr const char* kStateFile = "state.json";
+// 2: sparse layers also hold their routers (smoothing scales them).
+constexpr int kStateVersion = 2;
 constexpr const char* kLayerMeta = "qf_layer";
 
 std::string layer_stem(int64_t li) {
@@ -134,7 +136,7 @@ ResumeState::ResumeState(const fs::path& out, json fingerprint, bool resume,
   if (fs::exists(state)) {
     try {
       const json j = json::parse(read_text_file(state));
-      if (j.value("format", "") != "quantforge-resume" || j.value("version", 0) != 1) {
+      if (j.value("format", "") != "quantforge-resume" || j.value("version", 0) != kStateVersion) {
         why = "it is not a state file this version reads";
       } else if (j.at("fingerprint") != fingerprint_) {
         std::string changed;
@@ -180,7 +182,7 @@ ResumeState::ResumeState(const fs::path& out, json fingerprint, bool resume,
 void ResumeState::write_state() const {
   json j;
   j["format"] = "quantforge-resume";
-  j["version"] = 1;
+  j["version"] = kStateVersion;
   j["fingerprint"] = fingerprint_;
   j["layers_done"] = layers_done_;
   write_file_atomic(dir_ / kStateFile, j.dump(2) + "\n");
@@ -254,7 +256,9 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
   }
   for (const rt::RouterLinear& r : routers) {  // smoothing may have scaled them
     const rt::Linear& lin = *(L.moe.*r.member);
-    w.add(prefix + r.name + ".weight", Tensor::from_f32(lin.decode_all(), {lin.out_features(), lin.in_features()}));
+    const std::optional<DType> dt = dense_dtype(lin);
+    if (!dt) throw Error(ErrorKind::Internal, prefix + r.name + ": a router is not dense (" + lin.format() + ")");
+    w.add(prefix + r.name + ".weight", Tensor::from_f32(lin.decode_all(), {lin.out_features(), lin.in_features()}).to(*dt));
   }
   w.set_metadata({{kLayerMeta, meta.dump()}});
   w.finish();

@@ -528,11 +528,14 @@ void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const s
   const bool per_expert = L.sparse() && which == Mapping::UpToDown;
   if (per_expert) {
     const bool known = (expert >= 0 && expert < c.num_experts) || (expert == rt::kSharedExpert && L.moe.shared.gate);
-    if (!known)
-      throw invalid_input(where, "a sparse layer's up -> down mapping needs one of its experts (" +
-                                     std::to_string(c.num_experts) + " routed" +
-                                     (L.moe.shared.gate ? ", or the shared expert)" : ")") + ", got " +
-                                     std::to_string(expert));
+    if (!known) {
+      const std::string got = expert == rt::kNoExpert       ? "no expert was given"
+                              : expert == rt::kSharedExpert ? "the shared expert was given, which this layer has not"
+                                                            : "expert " + std::to_string(expert) + " was given";
+      throw invalid_input(where, "a sparse layer's up -> down mapping needs one of its experts (0 to " +
+                                     std::to_string(c.num_experts - 1) +
+                                     (L.moe.shared.gate ? ", or the shared expert); " : "); ") + got);
+    }
     where = layer_prefix(li) + expert_label(expert) + " " + mapping_name(which);
   } else if (expert != rt::kNoExpert) {
     throw invalid_input(where, "only a sparse layer's up -> down mapping takes an expert");

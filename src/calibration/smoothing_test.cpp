@@ -592,12 +592,14 @@ TEST_P(SmoothingMoe, ASparseUpToDownFoldNamesOneExpert) {
   ASSERT_GE(sparse, 0);
   const std::vector<float> s(static_cast<size_t>(expert_width(*model_, sparse, 0)), 1.0f);
   EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s), ErrorKind::InvalidInput,
-                  "needs one of its experts");
+                  "needs one of its experts (0 to " + std::to_string(c.num_experts - 1));
+  EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s), ErrorKind::InvalidInput,
+                  "no expert was given");
   EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s, c.num_experts), ErrorKind::InvalidInput,
-                  "needs one of its experts");
+                  "expert " + std::to_string(c.num_experts) + " was given");
   if (c.shared_expert_intermediate_size == 0)
     EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, s, rt::kSharedExpert),
-                    ErrorKind::InvalidInput, "needs one of its experts");
+                    ErrorKind::InvalidInput, "the shared expert was given, which this layer has not");
   EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::UpToDown, std::vector<float>(3, 1.0f), 0),
                   ErrorKind::InvalidInput, "expected " + std::to_string(s.size()) + " scales");
   EXPECT_QF_ERROR(apply_smoothing_scales(*model_, sparse, Mapping::FfnNormToGateUp,
@@ -653,10 +655,13 @@ TEST_P(SmoothingMoe, AwqSearchesEveryExpertTheCalibrationReaches) {
   EXPECT_EQ(searched + unreached, experts().size());
   EXPECT_GT(searched, 0u);
   EXPECT_EQ(clipped, 3 * searched) << "each reached expert's three Linears are clipped";
+  size_t improved = 0;
   for (const auto& e : r.entries) {
     EXPECT_LE(e.loss_after, e.loss_before) << e.what;
     EXPECT_GT(e.loss_before, 0) << e.what;
+    improved += e.what.find("up_proj->down_proj") != std::string::npos && e.loss_after < e.loss_before;
   }
+  EXPECT_GT(improved, 0u) << "no expert's up -> down search beat leaving it unscaled";
   // Scales and clipping only: the float layer (its clipped weights aside) is
   // close to the original. Clipping changes weights, so compare a run with
   // the clip off for the rounding-only bound.
@@ -682,7 +687,7 @@ TEST_P(SmoothingMoe, AwqReportsUnreachedExpertsAndSearchesAllWhenAsked) {
   };
   const auto routed = count(awq_layer(*model_, 0, fc.calib(), rtn_w4_g16, o, pool));
   EXPECT_EQ(routed.first + routed.second, experts().size());
-  EXPECT_GT(routed.second, 0u);
+  if (2 * c.num_experts_per_tok < c.num_experts) EXPECT_GT(routed.second, 0u);  // two tokens cannot reach them all
   EXPECT_LE(routed.first, static_cast<size_t>(2 * c.num_experts_per_tok) + (experts().size() - c.num_experts));
   auto all = rt::load_hf_model(moe_tiny(GetParam()));
   o.moe_calibrate_all_experts = true;

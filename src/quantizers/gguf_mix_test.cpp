@@ -388,11 +388,24 @@ TEST(GgufMix, OutputAndTokenEmbeddingTypeOverrides) {
   EXPECT_EQ(m.at("token_embd.weight").type, gt::F16);
   EXPECT_EQ(m.at("blk.0.attn_q.weight").type, gt::F16);
 
-  // A k-quant output type on rows of 288 (stories260K's width): refused.
+  // Tied embeddings under a float preset: the output rule is not consulted
+  // and token_embd keeps the preset's type (as llama-quantize).
+  m = by_name(plan(parse_preset("F16"), kLlama7B, llama_layout(2, 4096, 11008, 4096, 32000, false), false, out_only));
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::F16);
+  // Tied embeddings of rows of 288 (stories260K's width) take the output
+  // override through the row-length fallback (q5_K -> q5_1).
+  const ModelDesc small{"llama", 2, 6, 6, 0};
+  m = by_name(plan(q4, small, llama_layout(2, 288, 768, 288, 512, false), false, out_only));
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::Q5_1);
+  EXPECT_NE(m.at("token_embd.weight").note.find("using q5_1"), std::string::npos) << m.at("token_embd.weight").note;
+
+  // A k-quant type set by name on rows of 288: refused, for either flag.
   TypeOverrides k;
   k.token_embd = gt::Q4_K;
-  EXPECT_QF_ERROR(plan(q4, {"llama", 2, 6, 6, 0}, llama_layout(2, 288, 768, 288, 512), false, k), qf::ErrorKind::InvalidInput,
+  EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, k), qf::ErrorKind::InvalidInput,
                   "--token-embedding-type q4_K: the row length 288 is not a multiple of its block size 256");
+  EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, out_only), qf::ErrorKind::InvalidInput,
+                  "--output-tensor-type q5_K: the row length 288 is not a multiple of its block size 256");
 
   EXPECT_EQ(parse_tensor_type("Q6_k", "--output-tensor-type"), gt::Q6_K);
   EXPECT_EQ(parse_tensor_type("bf16", "--output-tensor-type"), gt::BF16);
