@@ -59,8 +59,8 @@ PYEOF
 
 # AWQ: the post-attention norm's scales fold into the router and every
 # expert's gate/up, each expert's up -> down is searched on its own tokens.
-# Its KL is below RTN's in the same W4 g128 scheme; the router and the norm
-# leave the search changed (the router is scaled, never quantized).
+# Its KL is below RTN's in the same W4 g128 scheme; where a layer's norm is
+# scaled its router is too (scaled, never quantized).
 "$QF" quantize "$fx" --recipe "$rec/w4-awq.yaml" --calib "$calib" -o "$WORK/awq" >"$WORK/awq.out" 2>"$WORK/awq.err" \
   || fail "quantize w4-awq: $(cat "$WORK/awq.err")"
 n_searched=$(grep -c "expert [0-7] up_proj->down_proj: \(ratio\|no scaling\)" "$WORK/awq.err")
@@ -77,10 +77,15 @@ def tensors(d):
     h = json.loads(raw[8:8 + n])
     return {k: (v["dtype"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"}
 a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+scaled = 0
 for i in range(3):
-    for name in (f"model.layers.{i}.block_sparse_moe.gate.weight", f"model.layers.{i}.post_attention_layernorm.weight"):
+    router, norm = f"model.layers.{i}.block_sparse_moe.gate.weight", f"model.layers.{i}.post_attention_layernorm.weight"
+    for name in (router, norm):
         assert b[name][0] == "F16" and len(b[name][1]) == len(a[name][1]), name
-        assert b[name][1] != a[name][1], name + " unchanged"
+    # A layer whose norm search kept s = 1 leaves both alone; one that scaled changes both.
+    assert (b[router][1] != a[router][1]) == (b[norm][1] != a[norm][1]), f"layer {i}: router and norm disagree"
+    scaled += b[norm][1] != a[norm][1]
+assert scaled > 0, "no layer's norm -> router/experts fold was kept"
 ig = json.load(open(sys.argv[2] + "/config.json"))["quantization_config"]["ignore"]
 assert all(f"model.layers.{i}.block_sparse_moe.gate" in ig for i in range(3)), ig
 PYEOF
