@@ -236,15 +236,20 @@ std::vector<float> run_layer(const rt::Model& model, int64_t li, const CalibSet&
 // (the tokens the router sent to it, in token order; every token for the
 // shared expert or with `all`) and its down projection's input for them.
 struct ExpertRows {
-  std::vector<float> in, down_in;  // [n, hidden], [n, expert width]
-  int64_t n = 0;
+  std::vector<float> in, down_in;  // [n, hidden], [n, width]
+  int64_t n = 0, width = 0;        // width: the expert's intermediate size
 };
+
+// Routed expert e of a sparse layer's MoeWeights (const or not), or its shared expert.
+template <typename Moe>
+auto& expert_of(Moe& moe, int64_t e) {
+  return e == rt::kSharedExpert ? moe.shared : moe.experts[static_cast<size_t>(e)];
+}
 
 ExpertRows expert_rows(const rt::Model& model, int64_t li, int64_t e, const std::vector<float>& mlp_in,
                        const std::vector<int32_t>& routing, bool all, ThreadPool& pool) {
   const ModelConfig& c = model.config();
-  const rt::MoeWeights& moe = model.weights().layers[static_cast<size_t>(li)].moe;
-  const rt::ExpertWeights& ew = e == rt::kSharedExpert ? moe.shared : moe.experts[static_cast<size_t>(e)];
+  const rt::ExpertWeights& ew = expert_of(model.weights().layers[static_cast<size_t>(li)].moe, e);
   const int64_t h = c.hidden_size, k = c.num_experts_per_tok, tokens = static_cast<int64_t>(mlp_in.size()) / h;
   if (!all && e != rt::kSharedExpert && static_cast<int64_t>(routing.size()) != tokens * k)
     throw Error(ErrorKind::Internal, "expert_rows: the routing of " + std::to_string(routing.size() / static_cast<size_t>(k)) +
@@ -258,6 +263,7 @@ ExpertRows expert_rows(const rt::Model& model, int64_t li, int64_t e, const std:
     ++r.n;
   }
   const int64_t ff = ew.gate->out_features();
+  r.width = ff;
   r.down_in.resize(static_cast<size_t>(r.n * ff));
   if (r.n == 0) return r;
   std::vector<float> u(r.down_in.size());
@@ -265,6 +271,13 @@ ExpertRows expert_rows(const rt::Model& model, int64_t li, int64_t e, const std:
   ew.up->forward(r.in.data(), r.n, u.data(), pool);
   for (int64_t t = 0; t < r.n; ++t) rt::swiglu(r.down_in.data() + t * ff, u.data() + t * ff, ff);
   return r;
+}
+
+// Per-channel mean of |x| over the rows a Stat saw.
+std::vector<double> mean_abs(const Capture::Stat& st) {
+  std::vector<double> m(st.abs_sum.size());
+  for (size_t j = 0; j < m.size(); ++j) m[j] = st.abs_sum[j] / static_cast<double>(st.count);
+  return m;
 }
 
 // Every `step`-th of n rows of width `in` (the clip search's samples).
@@ -641,12 +654,9 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
                               ": no calibration token reaches it, not scaled");
           continue;
         }
-        std::shared_ptr<rt::Linear>& down = (e == rt::kSharedExpert ? L.moe.shared : L.moe.experts[static_cast<size_t>(e)]).down;
-        const int64_t ff = down->in_features();
-        std::vector<double> xm(static_cast<size_t>(ff), 0.0);
-        for (int64_t t = 0; t < er.n; ++t)
-          for (int64_t j = 0; j < ff; ++j) xm[static_cast<size_t>(j)] += std::fabs(static_cast<double>(er.down_in[static_cast<size_t>(t * ff + j)]));
-        for (double& v : xm) v /= static_cast<double>(er.n);
+        std::shared_ptr<rt::Linear>& down = expert_of(L.moe, e).down;
+        Capture::Stat st;
+        Capture::add(st, er.down_in.data(), er.n, er.width, 0);
         std::vector<float> ref(static_cast<size_t>(er.n * h));
         down->forward(er.down_in.data(), er.n, ref.data(), pool);
         // `down` is the layer's slot: each candidate's replacement is the one run.
@@ -655,7 +665,7 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
           down->forward(er.down_in.data(), er.n, out.data(), pool);
           return mse(out, ref);
         };
-        record(search_mapping(model, li, m, e, xm, fake_quant, o, loss, pool));
+        record(search_mapping(model, li, m, e, mean_abs(st), fake_quant, o, loss, pool));
       }
       continue;
     }
@@ -698,8 +708,7 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
                                 : m == Mapping::VToO            ? cap.o
                                 : m == Mapping::FfnNormToGateUp ? cap.gate
                                                                 : cap.down;
-      x_mean.resize(st.abs_sum.size());
-      for (size_t j = 0; j < x_mean.size(); ++j) x_mean[j] = st.abs_sum[j] / static_cast<double>(st.count);
+      x_mean = mean_abs(st);
       switch (m) {
         case Mapping::AttnNormToQKV:
           loss = [&] { return mse(run_attention(model, li, cs, pool), run.attn_out); };
@@ -731,7 +740,10 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
     const int64_t T = (cs.n + step - 1) / step;  // tokens 0, step, 2 step, ...
     // The sampled inputs of the scaled layer: every step-th token's row, on
     // the CPU or kept on the device, where the clip errors are computed.
-    Capture cap({rt::LinearObserver::Q, rt::LinearObserver::O, rt::LinearObserver::Gate, rt::LinearObserver::Down},
+    // (A sparse layer's experts take their rows from expert_rows below.)
+    Capture cap(sparse ? std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::Q, rt::LinearObserver::O}
+                       : std::vector<rt::LinearObserver::Slot>{rt::LinearObserver::Q, rt::LinearObserver::O,
+                                                               rt::LinearObserver::Gate, rt::LinearObserver::Down},
                 step);
     LayerRun run;
     if (dev) {
@@ -764,9 +776,8 @@ SmoothingReport awq_layer(rt::Model& model, int64_t li, const LayerCalib& calib,
       for (int64_t e : experts) {
         const ExpertRows er = expert_rows(model, li, e, run.mlp_in, cap.routing, o.moe_calibrate_all_experts, pool);
         const int64_t es = std::max<int64_t>(1, er.n / std::max<int64_t>(1, o.clip_n_sample_tokens));
-        const int64_t ff = er.n ? static_cast<int64_t>(er.down_in.size()) / er.n : 1;
         expert_samples.push_back(every_nth_row(er.in, h, es));
-        expert_samples.push_back(every_nth_row(er.down_in, ff, es));
+        expert_samples.push_back(every_nth_row(er.down_in, er.width, es));
         const std::vector<float>* in = &expert_samples[expert_samples.size() - 2];
         const std::vector<float>* down_in = &expert_samples.back();
         for (const rt::LayerLinearId& id : rt::layer_linears(c, li))

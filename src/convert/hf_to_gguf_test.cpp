@@ -165,7 +165,7 @@ TEST_F(FixtureGguf, ImatrixImprovesLowBitPresets) {
 TEST_F(FixtureGguf, FailedConversionLeavesNoFile) {
   TempDir t;
   Imatrix bad;
-  bad.entries["blk.0.attn_q.weight"] = {std::vector<float>(17, 1.f), 1.f};  // wrong length
+  bad.entries["blk.0.attn_q.weight"] = {std::vector<float>(17, 1.f), 1.f, {}};  // wrong length
   bad.chunk_count = 1, bad.chunk_size = 512;
   write_imatrix_gguf(bad, t.path() / "bad.gguf");
   GgufConvertOptions o;

@@ -144,13 +144,12 @@ int64_t layer_of(const State& s, int64_t counter, const std::string& name) {
 uint32_t mix_type(State& s, uint32_t type, const TensorDesc& t, Category cat, std::string& note) {
   const uint32_t ft = s.preset.ftype;
   const int64_t n_expert = s.model.n_expert;
-  if ((cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) &&
-      s.overrides.output != kNoOverride) {
-    type = s.overrides.output;
-  } else if (cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) {
+  if (cat == Category::Output || (s.tied_embeddings && cat == Category::TokenEmbd)) {
     const int64_t nx = t.ne[0];
     const int64_t qk = block_size(type);
-    if (s.falcon || nx % qk != 0) {
+    if (s.overrides.output != kNoOverride) {
+      type = s.overrides.output;
+    } else if (s.falcon || nx % qk != 0) {
       if (nx % qk != 0)
         note = t.name + ": row length " + std::to_string(nx) + " is not a multiple of " + std::to_string(qk) +
                " (" + type_name(type) + "); using q8_0";
@@ -295,11 +294,12 @@ std::vector<std::string> sorted_tensor_order(std::vector<std::string> names) {
 }
 
 uint32_t parse_tensor_type(const std::string& name, const std::string& flag) {
-  namespace gt = ggml_type;
-  static const uint32_t kTypes[] = {gt::F32,  gt::F16,  gt::BF16, gt::Q8_0, gt::Q6_K, gt::Q5_K, gt::Q4_K,
-                                    gt::Q3_K, gt::Q2_K, gt::Q4_0, gt::Q4_1, gt::Q5_0, gt::Q5_1};
+  // The types the converter writes: the presets' base types.
+  std::vector<uint32_t> types;
+  for (const Preset& p : presets())
+    if (std::find(types.begin(), types.end(), p.base_type) == types.end()) types.push_back(p.base_type);
   std::string valid;
-  for (uint32_t t : kTypes) {
+  for (uint32_t t : types) {
     const std::string n = type_name(t);
     if (n.size() == name.size() &&
         std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))

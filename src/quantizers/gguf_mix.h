@@ -93,8 +93,8 @@ struct TypeOverrides {
   uint32_t output = kNoOverride, token_embd = kNoOverride;
 };
 // A ggml type name as llama-quantize takes it ("q6_K", "Q8_0", "f16"; case-
-// insensitive) among the types the converter writes: F32 F16 BF16 Q8_0 Q6_K
-// Q5_K Q4_K Q3_K Q2_K Q4_0 Q4_1 Q5_0 Q5_1. Unknown: Usage error naming `flag`.
+// insensitive) among the types the converter writes, the presets' base types:
+// F32 F16 BF16 Q8_0 Q6_K Q5_K Q4_K Q3_K Q2_K Q4_0 Q4_1 Q5_0 Q5_1. Unknown: Usage error naming `flag`.
 uint32_t parse_tensor_type(const std::string& name, const std::string& flag);
 
 // One plan per tensor, in llama.cpp's processing order (sorted_tensor_order).
