@@ -19,8 +19,8 @@ class DenseLinear final : public Linear {
     const char* base = static_cast<const char*>(w_.data());
     if (w_.dtype() == DType::F16) {
       // f16 rows are converted in registers by the GEMM blocks (and by the
-      // per-token dots of decode): the floats of converting them first,
-      // with half the bytes read.
+      // per-token dots of decode), with half the bytes read: the floats of
+      // converting them first, except at AVX2 (two accumulators per sum).
       const auto* w16 = reinterpret_cast<const uint16_t*>(base);
       forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
         gemm_tile_f16(x, n, in_, w16 + r0 * in_, rows, in_, y + r0, out_);

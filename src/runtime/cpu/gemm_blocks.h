@@ -2,15 +2,22 @@
 // row_kinds.h: 1 row against 1 token (dot1_*), T tokens x 4 rows
 // (gemm_tx4_avx512), T tokens x R rows (gemm_txr_avx2), and the loops that tile a block of tokens
 // and rows with them (gemm_tile, dot_rows_kind). Every block forms each sum
-// in one order at its level (one accumulator per row and token, element i in
-// lane i % 16 (AVX-512) or i % 8 (AVX2), then a fixed horizontal sum), so
-// neither the number of tokens nor the row kind changes a result.
+// in one order per level and row kind, so the number of tokens never changes
+// a result: at AVX-512 one 16-lane accumulator per row and token (element i in
+// lane i % 16), then a fixed horizontal sum; at AVX2 Row::kAvx2Accs 8-lane
+// accumulators (element i in accumulator (i / 8) % kAvx2Accs, lane i % 8),
+// added in order, then the same horizontal sum. A kind with one AVX2
+// accumulator gives the floats of the f32 kind on its decoded rows; f16 rows
+// take two (decode reads them at the speed of one dependent chain of
+// multiply-adds per sum otherwise), which the AVX2 GEMM blocks follow by
+// running one pass per accumulator over each span of a row.
 //
 // Internal to the runtime's CPU kernels (kernels.cpp instantiates them).
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -36,15 +43,29 @@ __attribute__((target("avx512f"))) inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(lo, hi));
 }
 
-// One row against one token, in the order every block uses: one accumulator,
-// element i in lane i % 8, a fixed horizontal sum, then the elements past a
-// multiple of 8 by explicit fused multiply-adds.
+// The AVX2 accumulators of one sum added in order (a0 + a1 + ...), then the
+// fixed horizontal sum.
+template <int A>
+__attribute__((target("avx2"))) inline float hsum_accs256(const __m256* a) {
+  __m256 s = a[0];
+  for (int j = 1; j < A; ++j) s = _mm256_add_ps(s, a[j]);
+  return hsum256(s);
+}
+
+// One row against one token, in the order every block uses: chunk c of 8
+// elements into accumulator c % Row::kAvx2Accs, the accumulators summed
+// (hsum_accs256), then the elements past a multiple of 8 by explicit fused
+// multiply-adds.
 template <typename Row>
 __attribute__((target("avx2,fma,f16c"))) float dot1_avx2(const float* x, const typename Row::T* w, int64_t n) {
-  __m256 s = _mm256_setzero_ps();
+  constexpr int A = Row::kAvx2Accs;
+  __m256 s[A];
+  for (auto& a : s) a = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), Row::load8(w, i), s);
-  float out = hsum256(s);
+  for (; i + 8 * A <= n; i += 8 * A)
+    for (int j = 0; j < A; ++j) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), Row::load8(w, i + 8 * j), s[j]);
+  for (int j = 0; i + 8 <= n; i += 8, ++j) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), Row::load8(w, i), s[j]);
+  float out = hsum_accs256<A>(s);
   for (; i < n; ++i) out = std::fma(x[i], Row::at(w, i), out);
   return out;
 }
@@ -97,28 +118,48 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const 
 
 // T tokens x R rows at AVX2 (4 x 3: 12 accumulators, 3 row registers and one
 // token register, all 16 ymm registers, 7 loads per 12 multiply-adds; 2 x 4
-// for the tokens past a multiple of 4), each sum as dot1_avx2 forms it.
+// for the tokens past a multiple of 4), each sum as dot1_avx2 forms it. With
+// kAvx2Accs A > 1 the registers hold one accumulator per sum at a time: each
+// span of kSpan elements (a multiple of 8 A, small enough that the block's
+// rows and tokens over it stay in L1) is read in A passes, pass j over the
+// chunks c with c % A == j, its accumulators kept in memory between passes.
 template <int T, int R, typename Row>
 __attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int64_t xs, const typename Row::T* w,
                                                             int64_t k, float* y, int64_t ys) {
+  constexpr int A = Row::kAvx2Accs;
+  constexpr int64_t kSpan = 512;
+  static_assert(kSpan % (8 * A) == 0, "a span holds whole rounds of the accumulators");
   const typename Row::T* wr[R];
   for (int r = 0; r < R; ++r) wr[r] = w + r * Row::stride(k);
-  __m256 acc[T][R];
-  for (auto& row : acc)
-    for (auto& a : row) a = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
-    __m256 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = Row::load8(wr[r], i);
-    for (int t = 0; t < T; ++t) {
-      const __m256 xv = _mm256_loadu_ps(x + t * xs + i);
-      for (int r = 0; r < R; ++r) acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+  __m256 acc[A][T][R];
+  for (auto& pass : acc)
+    for (auto& row : pass)
+      for (auto& a : row) a = _mm256_setzero_ps();
+  const int64_t whole = k / 8 * 8;
+  for (int64_t s0 = 0; s0 < whole; s0 += kSpan) {
+    const int64_t s1 = std::min(whole, s0 + kSpan);
+    for (int j = 0; j < A; ++j) {
+      __m256 a[T][R];
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) a[t][r] = acc[j][t][r];
+      for (int64_t i = s0 + 8 * j; i < s1; i += 8 * A) {
+        __m256 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = Row::load8(wr[r], i);
+        for (int t = 0; t < T; ++t) {
+          const __m256 xv = _mm256_loadu_ps(x + t * xs + i);
+          for (int r = 0; r < R; ++r) a[t][r] = _mm256_fmadd_ps(xv, wv[r], a[t][r]);
+        }
+      }
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) acc[j][t][r] = a[t][r];
     }
   }
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) {
-      float s = hsum256(acc[t][r]);
-      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * xs + j], Row::at(wr[r], j), s);  // as dot1_avx2's tail
+      __m256 sums[A];
+      for (int j = 0; j < A; ++j) sums[j] = acc[j][t][r];
+      float s = hsum_accs256<A>(sums);
+      for (int64_t i = whole; i < k; ++i) s = std::fma(x[t * xs + i], Row::at(wr[r], i), s);  // as dot1_avx2's tail
       y[t * ys + r] = s;
     }
 }

@@ -35,7 +35,9 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 void dot_rows_f32(const float* x, const float* w, int64_t n, int64_t rows, float* y);
 
 // dot_rows_f32 on f16 rows, converted in registers (at the scalar level,
-// converted first): the same floats as row_to_f32 followed by dot_rows_f32.
+// converted first): the same floats as row_to_f32 followed by dot_rows_f32,
+// except at AVX2, where a sum over f16 rows uses two accumulators
+// (gemm_blocks.h) and so rounds differently.
 void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, float* y);
 
 // y[t * y_stride + r] = dot(x + t * x_stride, w + r * k, k) for t < tokens and
@@ -45,8 +47,9 @@ void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, fl
 void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float* w, int64_t rows, int64_t k,
                    float* y, int64_t y_stride);
 
-// gemm_tile_f32 on f16 rows converted in registers: the same floats as
-// converting the rows first, with half the weight bytes read per block.
+// gemm_tile_f32 on f16 rows converted in registers, with half the weight
+// bytes read per block: the floats of dot_rows_f16 for every token (the same
+// floats as converting the rows first, except at AVX2).
 void gemm_tile_f16(const float* x, int64_t tokens, int64_t x_stride, const uint16_t* w, int64_t rows, int64_t k,
                    float* y, int64_t y_stride);
 

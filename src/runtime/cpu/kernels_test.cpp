@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -94,16 +95,43 @@ TEST_P(SimdVsScalar, GemmTileMatchesReference) {
       }
 }
 
+// The AVX2 kernels' order for one sum, written out in scalars
+// (gemm_blocks.h): chunk c of 8 elements into accumulator c % accs (lane
+// i % 8, one fused multiply-add per element), the accumulators added in
+// order, the horizontal sum of hsum256 (lanes l and l + 4, then 0 + 2 and
+// 1 + 3, then those two), the elements past a multiple of 8 by fused
+// multiply-adds.
+float avx2_order_dot(const float* x, const float* w, int64_t k, int accs) {
+  std::vector<std::array<float, 8>> acc(static_cast<size_t>(accs), std::array<float, 8>{});
+  const int64_t whole = k / 8 * 8;
+  for (int64_t i = 0; i < whole; ++i) {
+    float& a = acc[static_cast<size_t>(i / 8 % accs)][static_cast<size_t>(i % 8)];
+    a = std::fma(x[i], w[i], a);
+  }
+  std::array<float, 8> t = acc[0];
+  for (size_t j = 1; j < acc.size(); ++j)
+    for (size_t l = 0; l < 8; ++l) t[l] += acc[j][l];
+  float h[4];
+  for (size_t l = 0; l < 4; ++l) h[l] = t[l] + t[l + 4];
+  float out = (h[0] + h[2]) + (h[1] + h[3]);
+  for (int64_t i = whole; i < k; ++i) out = std::fma(x[i], w[i], out);
+  return out;
+}
+
 // Every register block (6 or 4 tokens x 4 rows at AVX-512, 4 x 3 or 2 x 4
-// at AVX2) and the
-// per-token rows form each sum in one order, so a token's outputs do not
-// depend on how many tokens share the call; and f16 rows converted in
-// registers (dot_rows_f16, gemm_tile_f16) give the floats of converting them
-// first.
+// at AVX2) and the per-token rows form each sum in one order, so a token's
+// outputs do not depend on how many tokens share the call. f16 rows converted
+// in registers (dot_rows_f16, gemm_tile_f16) give the floats of converting
+// them first, except at AVX2, where they sum in two accumulators: there both
+// kinds must match their orders written out in scalars (avx2_order_dot),
+// which a block that read a chunk into the wrong accumulator, or a pass that
+// skipped or repeated one, would miss.
 TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
-  for (int64_t k : {5, 16, 33, 100, 256}) {
+  const bool avx2 = simd_level() == SimdLevel::Avx2;
+  for (int64_t k : {5, 16, 24, 33, 100, 256, 1035}) {
     // Tokens 6 x 3 + 4 + 1 at AVX-512, 4 x 5 + 2 + 1 at AVX2; rows 4 + 3 or
-    // 3 + 3 + 1: every block and the rows and tokens past them.
+    // 3 + 3 + 1: every block and the rows and tokens past them. k = 1035:
+    // three spans of the AVX2 f16 passes, the last partial, and a tail.
     const int64_t rows = 7, tokens = 23;
     auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
     std::vector<uint16_t> w16(w.size());
@@ -113,14 +141,24 @@ TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
     std::vector<float> all(static_cast<size_t>(tokens * rows)), all16(all.size());
     gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, all.data(), rows);
     gemm_tile_f16(x.data(), tokens, k, w16.data(), rows, k, all16.data(), rows);
-    for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all16[i], all[i]) << "k=" << k << " gemm_tile_f16 at " << i;
     for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<float> one(static_cast<size_t>(rows)), f16(static_cast<size_t>(rows));
+      std::vector<float> one(static_cast<size_t>(rows)), one16(one.size()), f16(one.size());
       gemm_tile_f32(x.data() + t * k, 1, k, wf.data(), rows, k, one.data(), rows);
+      gemm_tile_f16(x.data() + t * k, 1, k, w16.data(), rows, k, one16.data(), rows);
       dot_rows_f16(x.data() + t * k, w16.data(), k, rows, f16.data());
       for (int64_t r = 0; r < rows; ++r) {
-        EXPECT_EQ(all[static_cast<size_t>(t * rows + r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
-        EXPECT_EQ(f16[static_cast<size_t>(r)], one[static_cast<size_t>(r)]) << "k=" << k << " token " << t << " row " << r;
+        const size_t i = static_cast<size_t>(t * rows + r), ri = static_cast<size_t>(r);
+        EXPECT_EQ(all[i], one[ri]) << "k=" << k << " token " << t << " row " << r;
+        EXPECT_EQ(all16[i], one16[ri]) << "k=" << k << " f16, token " << t << " row " << r;
+        EXPECT_EQ(f16[ri], one16[ri]) << "k=" << k << " dot_rows_f16, token " << t << " row " << r;
+        if (avx2) {
+          const float* xt = x.data() + t * k;
+          const float* wr = wf.data() + r * k;
+          EXPECT_EQ(one[ri], avx2_order_dot(xt, wr, k, 1)) << "k=" << k << " f32 order, token " << t << " row " << r;
+          EXPECT_EQ(one16[ri], avx2_order_dot(xt, wr, k, 2)) << "k=" << k << " f16 order, token " << t << " row " << r;
+        } else {
+          EXPECT_EQ(one16[ri], one[ri]) << "k=" << k << " f16 as f32, token " << t << " row " << r;
+        }
       }
     }
   }

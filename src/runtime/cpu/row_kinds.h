@@ -1,13 +1,16 @@
 // The kinds of weight row the dot and GEMM blocks of gemm_blocks.h read,
 // each converted to f32 in registers. Every kind gives exactly the floats of
 // its decoded row (kquants::dequantize_row / row_to_f32), so a kernel over a
-// kind returns the floats of the same kernel over the decoded f32 row:
+// kind returns the floats of the same kernel over the decoded f32 row (at
+// AVX2, for kinds that sum in the f32 kind's one accumulator):
 //   F32Row   f32 as it is
 //   F16Row   f16 (every f16 is an f32)
 //   Q8_0Row  34-byte blocks of an f16 scale d and 32 int8 codes: q * d, exact
 //            in f32 (11 x 8 significant bits)
 //
-// A kind has: T (the element type rows are addressed in); stride(k) (the
+// A kind has: T (the element type rows are addressed in); kAvx2Accs (how
+// many 8-lane accumulators an AVX2 sum over its rows uses, gemm_blocks.h:
+// 1, the f32 kind's order, except f16's 2); stride(k) (the
 // distance between rows of k elements, in T); load8(row, i) and
 // load16(row, i) (elements i .. i+7 or i+15, i a multiple of 8 or 16);
 // load16(mask, row, i) (the masked tail of a row
@@ -35,6 +38,7 @@ namespace qf::rt::rows {
 
 struct F32Row {
   using T = float;
+  static constexpr int kAvx2Accs = 1;
   static int64_t stride(int64_t k) { return k; }
   static QF_ROWS_AVX2 __m256 load8(const float* w, int64_t i) { return _mm256_loadu_ps(w + i); }
   static QF_ROWS_AVX512 __m512 load16(const float* w, int64_t i) { return _mm512_loadu_ps(w + i); }
@@ -46,6 +50,7 @@ struct F32Row {
 
 struct F16Row {
   using T = uint16_t;
+  static constexpr int kAvx2Accs = 2;
   static int64_t stride(int64_t k) { return k; }
   static QF_ROWS_AVX2 __m256 load8(const uint16_t* w, int64_t i) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
@@ -61,6 +66,7 @@ struct F16Row {
 
 struct Q8_0Row {
   using T = uint8_t;
+  static constexpr int kAvx2Accs = 1;
   using Block = kquants::BlockQ8_0;
   static constexpr int64_t kN = kquants::kLegacyBlock;
   static int64_t stride(int64_t k) { return k / kN * static_cast<int64_t>(sizeof(Block)); }
