@@ -224,20 +224,31 @@ void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T
     }
   }
   int64_t t = 0;
-  auto run = [&](int64_t tb, int64_t rb, Block kernel) {
+  // Blocks of tb tokens x rb rows; the rows past a multiple of rb through
+  // `rest` (a block of tb tokens x rows % rb rows, or null: per-token rows).
+  auto run = [&](int64_t tb, int64_t rb, Block kernel, const Block* rest) {
     for (; t + tb <= tokens; t += tb) {
       int64_t r = 0;
       for (; r + rb <= rows; r += rb) kernel(x + t * xs, xs, w + r * stride, k, y + t * ys + r, ys);
-      if (r < rows)
+      if (r == rows) continue;
+      if (rest)
+        rest[rows - r](x + t * xs, xs, w + r * stride, k, y + t * ys + r, ys);
+      else
         for (int64_t u = t; u < t + tb; ++u) dot_rows(x + u * xs, w + r * stride, k, rows - r, y + u * ys + r);
     }
   };
   if (level == SimdLevel::Avx512) {
-    run(6, 4, gemm_tx4_avx512<6, Row>);
-    run(4, 4, gemm_tx4_avx512<4, Row>);
+    run(6, 4, gemm_tx4_avx512<6, Row>, nullptr);
+    run(4, 4, gemm_tx4_avx512<4, Row>, nullptr);
   } else if (level == SimdLevel::Avx2) {
-    run(4, 3, gemm_txr_avx2<4, 3, Row>);
-    run(2, 4, gemm_txr_avx2<2, 4, Row>);
+    // At AVX2 the rows past the blocks (the 64th row of a 64-row tile) take
+    // a narrower block too: per token they would be one chain of dependent
+    // multiply-adds (two for f16) each.
+    static constexpr Block rest4[] = {nullptr, gemm_txr_avx2<4, 1, Row>, gemm_txr_avx2<4, 2, Row>};
+    static constexpr Block rest2[] = {nullptr, gemm_txr_avx2<2, 1, Row>, gemm_txr_avx2<2, 2, Row>,
+                                      gemm_txr_avx2<2, 3, Row>};
+    run(4, 3, gemm_txr_avx2<4, 3, Row>, rest4);
+    run(2, 4, gemm_txr_avx2<2, 4, Row>, rest2);
   }
   for (; t < tokens; ++t) dot_rows(x + t * xs, w, k, rows, y + t * ys);
 }

@@ -128,40 +128,43 @@ float avx2_order_dot(const float* x, const float* w, int64_t k, int accs) {
 // skipped or repeated one, would miss.
 TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
   const bool avx2 = simd_level() == SimdLevel::Avx2;
-  for (int64_t k : {5, 16, 24, 33, 100, 256, 1035}) {
-    // Tokens 6 x 3 + 4 + 1 at AVX-512, 4 x 5 + 2 + 1 at AVX2; rows 4 + 3 or
-    // 3 + 3 + 1: every block and the rows and tokens past them. k = 1035:
-    // three spans of the AVX2 f16 passes, the last partial, and a tail.
-    const int64_t rows = 7, tokens = 23;
-    auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
-    std::vector<uint16_t> w16(w.size());
-    for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
-    std::vector<float> wf(w.size());
-    row_to_f32(DType::F16, w16.data(), wf.data(), static_cast<int64_t>(wf.size()));
-    std::vector<float> all(static_cast<size_t>(tokens * rows)), all16(all.size());
-    gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, all.data(), rows);
-    gemm_tile_f16(x.data(), tokens, k, w16.data(), rows, k, all16.data(), rows);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<float> one(static_cast<size_t>(rows)), one16(one.size()), f16(one.size());
-      gemm_tile_f32(x.data() + t * k, 1, k, wf.data(), rows, k, one.data(), rows);
-      gemm_tile_f16(x.data() + t * k, 1, k, w16.data(), rows, k, one16.data(), rows);
-      dot_rows_f16(x.data() + t * k, w16.data(), k, rows, f16.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        const size_t i = static_cast<size_t>(t * rows + r), ri = static_cast<size_t>(r);
-        EXPECT_EQ(all[i], one[ri]) << "k=" << k << " token " << t << " row " << r;
-        EXPECT_EQ(all16[i], one16[ri]) << "k=" << k << " f16, token " << t << " row " << r;
-        EXPECT_EQ(f16[ri], one16[ri]) << "k=" << k << " dot_rows_f16, token " << t << " row " << r;
-        if (avx2) {
-          const float* xt = x.data() + t * k;
-          const float* wr = wf.data() + r * k;
-          EXPECT_EQ(one[ri], avx2_order_dot(xt, wr, k, 1)) << "k=" << k << " f32 order, token " << t << " row " << r;
-          EXPECT_EQ(one16[ri], avx2_order_dot(xt, wr, k, 2)) << "k=" << k << " f16 order, token " << t << " row " << r;
-        } else {
-          EXPECT_EQ(one16[ri], one[ri]) << "k=" << k << " f16 as f32, token " << t << " row " << r;
+  // Tokens 6 x 3 + 4 + 1 at AVX-512, 4 x 5 + 2 + 1 at AVX2; rows 5, 6 and 7
+  // (4 + 1, 4 + 2, 4 + 3 at AVX-512; at AVX2 3 + 2, 3 + 3, 3 + 3 + 1 for 4
+  // tokens and 4 + 1, 4 + 2, 4 + 3 for 2): every block, every narrower block
+  // for the rows past them, and the tokens past them. k = 1035: three spans
+  // of the AVX2 f16 passes, the last partial, and a tail.
+  for (int64_t k : {5, 16, 24, 33, 100, 256, 1035})
+    for (int64_t rows : {5, 6, 7}) {
+      const int64_t tokens = 23;
+      auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
+      std::vector<uint16_t> w16(w.size());
+      for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
+      std::vector<float> wf(w.size());
+      row_to_f32(DType::F16, w16.data(), wf.data(), static_cast<int64_t>(wf.size()));
+      std::vector<float> all(static_cast<size_t>(tokens * rows)), all16(all.size());
+      gemm_tile_f32(x.data(), tokens, k, wf.data(), rows, k, all.data(), rows);
+      gemm_tile_f16(x.data(), tokens, k, w16.data(), rows, k, all16.data(), rows);
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<float> one(static_cast<size_t>(rows)), one16(one.size()), f16(one.size());
+        gemm_tile_f32(x.data() + t * k, 1, k, wf.data(), rows, k, one.data(), rows);
+        gemm_tile_f16(x.data() + t * k, 1, k, w16.data(), rows, k, one16.data(), rows);
+        dot_rows_f16(x.data() + t * k, w16.data(), k, rows, f16.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t i = static_cast<size_t>(t * rows + r), ri = static_cast<size_t>(r);
+          EXPECT_EQ(all[i], one[ri]) << "k=" << k << " rows=" << rows << " token " << t << " row " << r;
+          EXPECT_EQ(all16[i], one16[ri]) << "k=" << k << " rows=" << rows << " f16, token " << t << " row " << r;
+          EXPECT_EQ(f16[ri], one16[ri]) << "k=" << k << " rows=" << rows << " dot_rows_f16, token " << t << " row " << r;
+          if (avx2) {
+            const float* xt = x.data() + t * k;
+            const float* wr = wf.data() + r * k;
+            EXPECT_EQ(one[ri], avx2_order_dot(xt, wr, k, 1)) << "k=" << k << " rows=" << rows << " f32 order, token " << t << " row " << r;
+            EXPECT_EQ(one16[ri], avx2_order_dot(xt, wr, k, 2)) << "k=" << k << " rows=" << rows << " f16 order, token " << t << " row " << r;
+          } else {
+            EXPECT_EQ(one16[ri], one[ri]) << "k=" << k << " rows=" << rows << " f16 as f32, token " << t << " row " << r;
+          }
         }
       }
     }
-  }
 }
 
 // Block rows decoded in registers (the prefill GEMM's path for Q8_0
