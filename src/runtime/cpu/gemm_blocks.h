@@ -5,8 +5,9 @@
 // in one order per level and row kind, so the number of tokens never changes
 // a result: at AVX-512 one 16-lane accumulator per row and token (element i in
 // lane i % 16), then a fixed horizontal sum; at AVX2 Row::kAvx2Accs 8-lane
-// accumulators (element i in accumulator (i / 8) % kAvx2Accs, lane i % 8),
-// added in order, then the same horizontal sum. A kind with one AVX2
+// accumulators (element i of the row's whole chunks of 8 in accumulator
+// (i / 8) % kAvx2Accs, lane i % 8), added in order, then the same horizontal
+// sum, then the elements past the last whole chunk by fused multiply-adds. A kind with one AVX2
 // accumulator gives the floats of the f32 kind on its decoded rows; f16 rows
 // take two (decode reads them at the speed of one dependent chain of
 // multiply-adds per sum otherwise), which the AVX2 GEMM blocks follow by
@@ -200,8 +201,9 @@ void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t 
 
 // Blocks of 6 then 4 tokens x 4 rows (AVX-512), or 4 tokens x 3 rows then 2
 // tokens x 4 rows (AVX2), while they fit; the rows past the blocks' multiple
-// and the tokens past the blocks through
-// dot_rows (dot_rows_kind), which forms its sums in the same orders. At the
+// through a block as many rows wide at AVX2 and through dot_rows
+// (dot_rows_kind) at AVX-512, and the tokens past the blocks through
+// dot_rows, all forming their sums in the same orders. At the
 // scalar level rows that are not f32 are decoded once (`decode`) into an f32
 // tile and every token is dotted against it: the floats of dot_rows, without
 // decoding each row once per token.

@@ -42,7 +42,7 @@ void dot_rows_f16(const float* x, const uint16_t* w, int64_t n, int64_t rows, fl
 
 // y[t * y_stride + r] = dot(x + t * x_stride, w + r * k, k) for t < tokens and
 // r < rows: a block of tokens against a tile of f32 rows, register-blocked
-// (6 then 4 tokens x 4 rows with AVX-512, 2 x 4 with AVX2) so each load feeds
+// (6 then 4 tokens x 4 rows with AVX-512, 4 x 3 then 2 x 4 with AVX2) so each load feeds
 // several multiply-adds.
 void gemm_tile_f32(const float* x, int64_t tokens, int64_t x_stride, const float* w, int64_t rows, int64_t k,
                    float* y, int64_t y_stride);
