@@ -20,12 +20,32 @@ std::vector<float> Linear::decode_all() const {
   return w;
 }
 
+namespace {
+
+// Rows per tile: kRowTile, or fewer (a multiple of 12, which the AVX2 blocks'
+// 3 rows and the AVX-512 blocks' 4 divide) where kRowTile would leave a
+// thread fewer than kTilesPerThread tiles, as the key and value projections
+// of grouped-query attention would (4 tiles of 256 rows). Each tile is one
+// claim on the pool, so a thread that runs slower (a busy sibling, a lower
+// clock) takes fewer tiles instead of holding the others up at the end.
+// Rows are independent, so the tiling never changes a result.
+int64_t row_tile_height(int64_t out, int threads) {
+  constexpr int64_t kTilesPerThread = 8, kStep = 12;
+  if (threads <= 1 || out >= kRowTile * kTilesPerThread * threads) return kRowTile;
+  const int64_t want = kTilesPerThread * threads;
+  const int64_t rows = (out + want - 1) / want;
+  return std::min(kRowTile, std::max(kStep, (rows + kStep - 1) / kStep * kStep));
+}
+
+}  // namespace
+
 void forward_row_gemm(int64_t n, float* y, int64_t out, const std::vector<float>& bias, ThreadPool& pool,
                       const RowGemmFn& gemm) {
-  const int64_t tiles = (out + kRowTile - 1) / kRowTile;
-  pool.parallel_for(tiles, std::max<int64_t>(1, tiles / (4 * pool.size())), [&](const Chunk& c) {
+  const int64_t height = row_tile_height(out, pool.size());
+  const int64_t tiles = (out + height - 1) / height;
+  pool.parallel_for(tiles, 1, [&](const Chunk& c) {
     for (int64_t t = c.begin; t < c.end; ++t) {
-      const int64_t r0 = t * kRowTile, rows = std::min(kRowTile, out - r0);
+      const int64_t r0 = t * height, rows = std::min(height, out - r0);
       gemm(r0, rows);
       if (!bias.empty())
         for (int64_t i = 0; i < n; ++i)

@@ -214,16 +214,20 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       if (it == by_seq.end()) by_seq.push_back({s, {t}});
       else it->second.push_back(t);
     }
-    // Enough blocks to keep every thread busy, as few as possible otherwise:
-    // each block decodes the K/V it can see once.
+    // About 8 blocks per thread, so that a thread that runs slower takes
+    // fewer of them, and no more: each block decodes the K/V it can see once.
+    // The last query blocks see the most keys; they go first, so the short
+    // ones fill in at the end.
     const int64_t per_seq_items = static_cast<int64_t>(by_seq.size()) * nkv;
-    const int64_t blocks = std::max<int64_t>(1, (2 * pool.size() + per_seq_items - 1) / per_seq_items);
+    const int64_t blocks = std::max<int64_t>(1, (8 * pool.size() + per_seq_items - 1) / per_seq_items);
     for (auto& [s, toks] : by_seq) {
       const size_t qb = std::max<size_t>(kMinQueryBlock, (toks.size() + static_cast<size_t>(blocks) - 1) / static_cast<size_t>(blocks));
-      for (size_t i = 0; i < toks.size(); i += qb)
+      for (size_t i = (toks.size() - 1) / qb * qb;; i -= qb) {
         for (int64_t kvh = 0; kvh < nkv; ++kvh)
           items.push_back({s, kvh, std::vector<int64_t>(toks.begin() + static_cast<std::ptrdiff_t>(i),
                                                         toks.begin() + static_cast<std::ptrdiff_t>(std::min(toks.size(), i + qb)))});
+        if (i == 0) break;
+      }
     }
   }
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](const Chunk& c) {
