@@ -119,31 +119,33 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void gemm_tx4_avx512(const 
 
 // T tokens x R rows at AVX2 (4 x 3: 12 accumulators, 3 row registers and one
 // token register, all 16 ymm registers, 7 loads per 12 multiply-adds; 2 x 4
-// for the tokens past a multiple of 4), each sum as dot1_avx2 forms it. With
-// kAvx2Accs A > 1 the registers hold one accumulator per sum at a time: each
-// span of kSpan elements (a multiple of 8 A, small enough that the block's
-// rows and tokens over it stay in L1) is read in A passes, pass j over the
-// chunks c with c % A == j, its accumulators kept in memory between passes.
+// for the tokens past a multiple of 4), each sum as dot1_avx2 forms it, in
+// two steps: gemm_txr_avx2_span adds the whole chunks of 8 elements in
+// [s0, s1) (s0 a multiple of 8 A, s1 of 8) to accumulators kept in memory
+// (acc[j][t][r], kAvx2Accs A of them per sum), and gemm_txr_avx2_finish
+// sums them and adds the tail past the last whole chunk. With A > 1 the
+// registers hold one accumulator per sum at a time: each piece of kSpan
+// elements (a multiple of 8 A, small enough that the block's rows and tokens
+// over it stay in L1) is read in A passes, pass j over the chunks c with
+// c % A == j. Every chunk goes to the same accumulator in the same order
+// however [0, k) is split into spans, so the floats never depend on it.
 template <int T, int R, typename Row>
-__attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int64_t xs, const typename Row::T* w,
-                                                            int64_t k, float* y, int64_t ys) {
+__attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2_span(const float* x, int64_t xs,
+                                                                 const typename Row::T* w, int64_t stride,
+                                                                 int64_t s0, int64_t s1, __m256* acc) {
   constexpr int A = Row::kAvx2Accs;
   constexpr int64_t kSpan = 512;
   static_assert(kSpan % (8 * A) == 0, "a span holds whole rounds of the accumulators");
   const typename Row::T* wr[R];
-  for (int r = 0; r < R; ++r) wr[r] = w + r * Row::stride(k);
-  __m256 acc[A][T][R];
-  for (auto& pass : acc)
-    for (auto& row : pass)
-      for (auto& a : row) a = _mm256_setzero_ps();
-  const int64_t whole = k / 8 * 8;
-  for (int64_t s0 = 0; s0 < whole; s0 += kSpan) {
-    const int64_t s1 = std::min(whole, s0 + kSpan);
+  for (int r = 0; r < R; ++r) wr[r] = w + r * stride;
+  for (int64_t p0 = s0; p0 < s1; p0 += kSpan) {
+    const int64_t p1 = std::min(s1, p0 + kSpan);
     for (int j = 0; j < A; ++j) {
+      __m256* aj = acc + j * T * R;
       __m256 a[T][R];
       for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r) a[t][r] = acc[j][t][r];
-      for (int64_t i = s0 + 8 * j; i < s1; i += 8 * A) {
+        for (int r = 0; r < R; ++r) a[t][r] = aj[t * R + r];
+      for (int64_t i = p0 + 8 * j; i < p1; i += 8 * A) {
         __m256 wv[R];
         for (int r = 0; r < R; ++r) wv[r] = Row::load8(wr[r], i);
         for (int t = 0; t < T; ++t) {
@@ -152,17 +154,36 @@ __attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int6
         }
       }
       for (int t = 0; t < T; ++t)
-        for (int r = 0; r < R; ++r) acc[j][t][r] = a[t][r];
+        for (int r = 0; r < R; ++r) aj[t * R + r] = a[t][r];
     }
   }
+}
+
+template <int T, int R, typename Row>
+__attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2_finish(const float* x, int64_t xs,
+                                                                   const typename Row::T* w, int64_t k,
+                                                                   const __m256* acc, float* y, int64_t ys) {
+  constexpr int A = Row::kAvx2Accs;
+  const int64_t whole = k / 8 * 8;
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) {
       __m256 sums[A];
-      for (int j = 0; j < A; ++j) sums[j] = acc[j][t][r];
+      for (int j = 0; j < A; ++j) sums[j] = acc[(j * T + t) * R + r];
       float s = hsum_accs256<A>(sums);
-      for (int64_t i = whole; i < k; ++i) s = std::fma(x[t * xs + i], Row::at(wr[r], i), s);  // as dot1_avx2's tail
+      const typename Row::T* wr = w + r * Row::stride(k);
+      for (int64_t i = whole; i < k; ++i) s = std::fma(x[t * xs + i], Row::at(wr, i), s);  // as dot1_avx2's tail
       y[t * ys + r] = s;
     }
+}
+
+// The whole row at once: one span over [0, k).
+template <int T, int R, typename Row>
+__attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int64_t xs, const typename Row::T* w,
+                                                            int64_t k, float* y, int64_t ys) {
+  __m256 acc[Row::kAvx2Accs * T * R];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  gemm_txr_avx2_span<T, R, Row>(x, xs, w, Row::stride(k), 0, k / 8 * 8, acc);
+  gemm_txr_avx2_finish<T, R, Row>(x, xs, w, k, acc, y, ys);
 }
 
 // `rows` rows one after the other (one stream through memory, which decode
@@ -197,6 +218,52 @@ void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t 
       y[r] = dot_f32(x, row.data(), n);
     }
   }
+}
+
+// At AVX2, rows longer than kTileKSpan elements: each block of 4 tokens runs
+// across all the tile's 3-row blocks (and the 1- or 2-row block past them)
+// one span of kTileKSpan elements at a time, each block's accumulators kept
+// in memory between spans, so the 4 tokens' span (16 KB of f32) stays in L1
+// while the rows stream past it; over whole rows the 4 tokens (32 KB for
+// 2048 elements, 88 KB for 5632) are read from L2 again for every block.
+// Returns the tokens done (the multiple of 4); the sums are the blocks'.
+constexpr int64_t kTileKSpan = 1024;
+
+template <typename Row>
+__attribute__((target("avx2,fma,f16c"))) int64_t gemm_tile_avx2_spans(const float* x, int64_t tokens, int64_t xs,
+                                                                      const typename Row::T* w, int64_t rows,
+                                                                      int64_t k, float* y, int64_t ys) {
+  using W = typename Row::T;
+  using Span = void (*)(const float*, int64_t, const W*, int64_t, int64_t, int64_t, __m256*);
+  using Finish = void (*)(const float*, int64_t, const W*, int64_t, const __m256*, float*, int64_t);
+  static constexpr Span spans[] = {nullptr, gemm_txr_avx2_span<4, 1, Row>, gemm_txr_avx2_span<4, 2, Row>,
+                                   gemm_txr_avx2_span<4, 3, Row>};
+  static constexpr Finish finishes[] = {nullptr, gemm_txr_avx2_finish<4, 1, Row>, gemm_txr_avx2_finish<4, 2, Row>,
+                                        gemm_txr_avx2_finish<4, 3, Row>};
+  constexpr int64_t kPerBlock = Row::kAvx2Accs * 4 * 3;
+  const int64_t stride = Row::stride(k), whole = k / 8 * 8, blocks = (rows + 2) / 3;
+  thread_local std::vector<float> accs;  // 8 floats per accumulator, from a 32-byte boundary
+  accs.resize(static_cast<size_t>(blocks * kPerBlock * 8 + 8));
+  const auto at = reinterpret_cast<uintptr_t>(accs.data());
+  __m256* acc = reinterpret_cast<__m256*>((at + 31) & ~static_cast<uintptr_t>(31));
+  int64_t t = 0;
+  for (; t + 4 <= tokens; t += 4) {
+    for (int64_t i = 0; i < blocks * kPerBlock; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t s0 = 0; s0 < whole; s0 += kTileKSpan) {
+      const int64_t s1 = std::min(whole, s0 + kTileKSpan);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t r = 3 * b;
+        spans[std::min<int64_t>(3, rows - r)](x + t * xs, xs, w + r * stride, stride, s0, s1,
+                                              acc + b * kPerBlock);
+      }
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r = 3 * b;
+      finishes[std::min<int64_t>(3, rows - r)](x + t * xs, xs, w + r * stride, k, acc + b * kPerBlock,
+                                               y + t * ys + r, ys);
+    }
+  }
+  return t;
 }
 
 // Blocks of 6 then 4 tokens x 4 rows (AVX-512), or 4 tokens x 3 rows then 2
@@ -249,6 +316,7 @@ void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T
     static constexpr Block rest4[] = {nullptr, gemm_txr_avx2<4, 1, Row>, gemm_txr_avx2<4, 2, Row>};
     static constexpr Block rest2[] = {nullptr, gemm_txr_avx2<2, 1, Row>, gemm_txr_avx2<2, 2, Row>,
                                       gemm_txr_avx2<2, 3, Row>};
+    if (k / 8 * 8 > kTileKSpan) t = gemm_tile_avx2_spans<Row>(x, tokens, xs, w, rows, k, y, ys);
     run(4, 3, gemm_txr_avx2<4, 3, Row>, rest4);
     run(2, 4, gemm_txr_avx2<2, 4, Row>, rest2);
   }

@@ -131,9 +131,11 @@ TEST_P(SimdLevels, GemmTileTokensIndependentAndF16RowsExact) {
   // Tokens 6 x 3 + 4 + 1 at AVX-512, 4 x 5 + 2 + 1 at AVX2; rows 5, 6 and 7
   // (4 + 1, 4 + 2, 4 + 3 at AVX-512; at AVX2 3 + 2, 3 + 3, 3 + 3 + 1 for 4
   // tokens and 4 + 1, 4 + 2, 4 + 3 for 2): every block, every narrower block
-  // for the rows past them, and the tokens past them. k = 1035: three spans
-  // of the AVX2 f16 passes, the last partial, and a tail.
-  for (int64_t k : {5, 16, 24, 33, 100, 256, 1035})
+  // for the rows past them, and the tokens past them. k = 1035: three pieces
+  // of the AVX2 f16 passes, the last partial, and a tail; k = 1035 and 2100:
+  // the AVX2 4-token blocks across the rows one span of 1024 at a time
+  // (kTileKSpan), the last span partial (8 and 48 elements), and a tail.
+  for (int64_t k : {5, 16, 24, 33, 100, 256, 1035, 2100})
     for (int64_t rows : {5, 6, 7}) {
       const int64_t tokens = 23;
       auto x = randn(static_cast<size_t>(tokens * k), 12), w = randn(static_cast<size_t>(rows * k), 13);
