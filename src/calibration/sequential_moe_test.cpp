@@ -97,7 +97,9 @@ TEST_P(SequentialMoe, EachExpertsHessianComesFromTheTokensRoutedToIt) {
         continue;
       }
       EXPECT_EQ(s.hessian_samples, s.tokens) << name;
-      if (id.expert == rt::kSharedExpert) EXPECT_EQ(s.tokens, total) << name;
+      if (id.expert == rt::kSharedExpert) {
+        EXPECT_EQ(s.tokens, total) << name;
+      }
       if (id.slot != rt::LinearObserver::Gate) continue;
       if (id.expert >= 0) slots += s.tokens;
       auto it = rows.in.find({li, id.expert});
@@ -109,7 +111,9 @@ TEST_P(SequentialMoe, EachExpertsHessianComesFromTheTokensRoutedToIt) {
       it->second.finish();
       EXPECT_EQ(it->second.samples(), s.tokens) << name;
     }
-    if (c.moe_layer(li)) EXPECT_EQ(slots, total * c.num_experts_per_tok) << "layer " << li;
+    if (c.moe_layer(li)) {
+      EXPECT_EQ(slots, total * c.num_experts_per_tok) << "layer " << li;
+    }
   }
 }
 

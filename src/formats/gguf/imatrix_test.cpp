@@ -45,8 +45,8 @@ std::string legacy_dat(bool trailer) {
 
 qf::Imatrix sample() {
   qf::Imatrix m;
-  m.entries["blk.0.attn_q.weight"] = {{4.0f, 8.0f, 0.0f, 2.5f}, 4.0f};
-  m.entries["blk.1.ffn_down.weight"] = {{1.0f, 3.0f, 9.0f}, 3.0f};
+  m.entries["blk.0.attn_q.weight"] = {{4.0f, 8.0f, 0.0f, 2.5f}, 4.0f, {}};
+  m.entries["blk.1.ffn_down.weight"] = {{1.0f, 3.0f, 9.0f}, 3.0f, {}};
   m.datasets = {"wiki.train.raw", "code.txt"};
   m.chunk_count = 10;
   m.chunk_size = 512;
