@@ -224,8 +224,10 @@ void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t 
 // across all the tile's 3-row blocks (and the 1- or 2-row block past them)
 // one span of kTileKSpan elements at a time, each block's accumulators kept
 // in memory between spans, so the 4 tokens' span (16 KB of f32) stays in L1
-// while the rows stream past it; over whole rows the 4 tokens (32 KB for
-// 2048 elements, 88 KB for 5632) are read from L2 again for every block.
+// while the rows stream past it, next to the blocks' accumulators (17 KB for
+// a 64-row f16 tile: 22 blocks x 24 x 32 bytes); over whole rows the 4
+// tokens (32 KB for 2048 elements, 88 KB for 5632) are read from L2 again
+// for every block.
 // Returns the tokens done (the multiple of 4); the sums are the blocks'.
 constexpr int64_t kTileKSpan = 1024;
 
@@ -240,6 +242,7 @@ __attribute__((target("avx2,fma,f16c"))) int64_t gemm_tile_avx2_spans(const floa
                                    gemm_txr_avx2_span<4, 3, Row>};
   static constexpr Finish finishes[] = {nullptr, gemm_txr_avx2_finish<4, 1, Row>, gemm_txr_avx2_finish<4, 2, Row>,
                                         gemm_txr_avx2_finish<4, 3, Row>};
+  static_assert(kTileKSpan % (8 * Row::kAvx2Accs) == 0, "every span must start at a chunk of accumulator 0");
   constexpr int64_t kPerBlock = Row::kAvx2Accs * 4 * 3;
   const int64_t stride = Row::stride(k), whole = k / 8 * 8, blocks = (rows + 2) / 3;
   thread_local std::vector<float> accs;  // 8 floats per accumulator, from a 32-byte boundary
