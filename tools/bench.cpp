@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "formats/hf/resolve.h"
 #include "core/io.h"
+#include "core/weight_residency.h"
 #include "eval/bench.h"
 
 namespace qf::cli {
@@ -37,6 +38,9 @@ void run_bench(const BenchOpts& o) {
   else
     std::printf("model            %s (%s, %.2f M parameters)\n", o.model.c_str(), model->weight_format().c_str(),
                 static_cast<double>(model->parameter_count()) / 1e6);
+  std::printf("weights          %s\n", model->weights_residency() == FileResidency::InMemory
+                                            ? "read into memory (QF_WEIGHTS=map keeps them mapped from the file)"
+                                            : "mapped from the file");
   std::printf("setup            p %lld, n %lld, batch %lld, kv %s, %d threads, %s\n", static_cast<long long>(r.prompt),
               static_cast<long long>(r.gen), static_cast<long long>(r.batch), r.kv_dtype.c_str(), r.threads,
               r.simd.c_str());

@@ -32,15 +32,20 @@
 #   --text FILE          perplexity text (default tests/data/text/evaluation.txt)
 #   --chunks N           perplexity chunks of 512 tokens (default 4)
 #   --skip-convert | --skip-runtime | --skip-ppl
+#   --llama-no-mmap      llama.cpp reads the weights into memory too (llama-bench
+#                        -mmp 0, llama-perplexity --no-mmap); by default it maps
+#                        them, its own default, while quantforge reads a model
+#                        that fits into memory (QF_WEIGHTS, docs/runtime.md)
 #   --work DIR           where GGUF files go (default build/vs_llamacpp)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 && -d "$1" ]] || { sed -n 2,34p "$0" >&2; exit 2; }
+[[ $# -ge 1 && -d "$1" ]] || { sed -n 2,38p "$0" >&2; exit 2; }
 llama="$(cd "$1" && pwd)"; shift
 model=build/tinyllama-synth threads=$(nproc) reps=3 pp=512 tg=128 chunks=4
 presets="Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K" types="F16 Q8_0 Q4_K_M Q6_K"
 text=tests/data/text/evaluation.txt work=build/vs_llamacpp
 do_convert=1 do_runtime=1 do_ppl=1
+lb_mmap=() lp_mmap=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -56,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --skip-convert) do_convert=0; shift ;;
     --skip-runtime) do_runtime=0; shift ;;
     --skip-ppl) do_ppl=0; shift ;;
+    --llama-no-mmap) lb_mmap=(-mmp 0) lp_mmap=(--no-mmap); shift ;;
     *) echo "vs_llamacpp.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,7 +131,7 @@ if [[ $do_runtime -eq 1 ]]; then
     g=$(gguf_of "$t")
     lp=() lg=() qp=() qd=()
     for ((r = 0; r < reps; ++r)); do
-      "$llama/llama-bench" -m "$g" -p "$pp" -n "$tg" -t "$threads" -r 1 -o json > "$work/lb.json" 2>/dev/null
+      "$llama/llama-bench" -m "$g" -p "$pp" -n "$tg" -t "$threads" -r 1 "${lb_mmap[@]}" -o json > "$work/lb.json" 2>/dev/null
       lp+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["avg_ts"] for x in d if x["n_prompt"]>0][0])' "$work/lb.json")")
       lg+=("$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print([x["avg_ts"] for x in d if x["n_gen"]>0][0])' "$work/lb.json")")
       # As llama-bench runs pp and tg: two runs, each from an empty cache
@@ -139,6 +145,8 @@ if [[ $do_runtime -eq 1 ]]; then
     printf '| %s | %.1f | %.1f | %sx | %.1f | %.1f | %sx |\n' "$t" "$bp" "$bqp" "$(ratio "$bqp" "$bp")" "$bg" "$bqd" "$(ratio "$bqd" "$bg")"
   done
   $py -c 'import json,sys; d=json.load(open(sys.argv[1]))[0]; print("\nllama.cpp build %s (%s)" % (d["build_number"], d["build_commit"]))' "$work/lb.json"
+  lw="mapped from the file (its default)"; [[ ${#lb_mmap[@]} -gt 0 ]] && lw="read into memory (-mmp 0)"
+  echo "weights: llama.cpp $lw, quantforge $($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights"])' "$work/qb.json")"
   echo
 fi
 
@@ -151,7 +159,7 @@ if [[ $do_ppl -eq 1 ]]; then
     g=$(gguf_of "$t")
     lt=() qt=()
     for ((r = 0; r < reps; ++r)); do
-      "$llama/llama-perplexity" -m "$g" -f "$text" -c 512 --chunks "$chunks" -t "$threads" > "$work/lp.txt" 2>&1
+      "$llama/llama-perplexity" -m "$g" -f "$text" -c 512 --chunks "$chunks" -t "$threads" "${lp_mmap[@]}" > "$work/lp.txt" 2>&1
       lt+=("$(grep 'prompt eval time' "$work/lp.txt" | awk -F= '{print $2}' | awk '{print $1 / 1000}')")
       "$qf" eval "$g" --text "$text" --ctx 512 --max-chunks "$chunks" --threads "$threads" --json "$work/qe.json" >/dev/null 2>&1
       qt+=("$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["seconds"])' "$work/qe.json")")

@@ -39,4 +39,11 @@ Error not_found(const std::string& where, const std::string& what) {
   return Error(ErrorKind::NotFound, join(where, what));
 }
 
+std::string printable_text(std::string_view text) {
+  std::string shown;
+  shown.reserve(text.size());
+  for (char c : text) shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  return shown;
+}
+
 }  // namespace qf

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace qf {
 
@@ -37,5 +38,9 @@ Error invalid_input(const std::string& where, const std::string& what);
 Error unsupported(const std::string& where, const std::string& what);
 Error io_error(const std::string& where, const std::string& what);
 Error not_found(const std::string& where, const std::string& what);
+
+// `text` with control characters shown as '?', so that a value quoted in a
+// message keeps the message on one line.
+std::string printable_text(std::string_view text);
 
 }  // namespace qf

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -19,7 +20,29 @@ namespace fs = std::filesystem;
 
 static std::string errno_text() { return std::strerror(errno); }
 
-std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
+namespace {
+
+// The whole file read into a HugePageBuffer, made read-only.
+std::unique_ptr<HugePageBuffer> read_into_memory(int fd, const fs::path& path, size_t size) {
+  auto buf = std::make_unique<HugePageBuffer>(size, path.string());
+  size_t done = 0;
+  while (done < size) {
+    const size_t want = std::min<size_t>(size - done, size_t{1} << 26);
+    const ssize_t got = pread(fd, buf->data() + done, want, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw io_error(path.string(), "read failed at byte " + std::to_string(done) + ": " + errno_text());
+    if (got == 0)
+      throw io_error(path.string(), "file ended at byte " + std::to_string(done) + " of " + std::to_string(size) +
+                                        " (it changed while being read)");
+    done += static_cast<size_t>(got);
+  }
+  buf->make_read_only();
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency residency) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) throw not_found(path.string(), "no such file");
@@ -37,12 +60,23 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = static_cast<size_t>(st.st_size);
-  if (m->size_ > 0) {
+  m->residency_ = residency;
+  if (m->size_ > 0 && residency == FileResidency::InMemory) {
+    try {
+      m->buffer_ = read_into_memory(fd, path, m->size_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    m->data_ = m->buffer_->data();
+  } else if (m->size_ > 0) {
     void* p = mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
       throw io_error(path.string(), "cannot mmap: " + errno_text());
     }
+    m->region_ = p;
+    m->region_size_ = m->size_;
     m->data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
@@ -50,7 +84,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
 }
 
 MappedFile::~MappedFile() {
-  if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+  if (region_) munmap(region_, region_size_);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -63,6 +64,31 @@ TEST(MappedFile, MapsContentsAndReportsErrors) {
   EXPECT_EQ(MappedFile::open(d / "empty.bin")->size(), 0u);
   EXPECT_QF_ERROR(MappedFile::open(d / "missing.bin"), ErrorKind::NotFound, "missing.bin: no such file");
   EXPECT_QF_ERROR(MappedFile::open(d.path()), ErrorKind::InvalidInput, "not a regular file");
+}
+
+// Read into memory: the same bytes as the file (a size that is not a whole
+// number of 2 MiB pages, so the rounding is exercised), the start on a 2 MiB
+// boundary, the same errors as a map, and an empty file as size 0.
+TEST(MappedFile, InMemoryHoldsTheFileBytes) {
+  test::TempDir d;
+  std::string bytes((size_t{2} << 20) + 4099, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  test::write_file(d / "w.bin", bytes);
+  auto m = MappedFile::open(d / "w.bin", FileResidency::InMemory);
+  EXPECT_EQ(m->residency(), FileResidency::InMemory);
+  ASSERT_EQ(m->size(), bytes.size());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(m->data()), m->size()), bytes);
+  auto mapped = MappedFile::open(d / "w.bin");
+  EXPECT_EQ(mapped->residency(), FileResidency::Mapped);
+  EXPECT_EQ(std::memcmp(mapped->data(), m->data(), bytes.size()), 0);
+  test::write_file(d / "empty.bin", "");
+  auto e = MappedFile::open(d / "empty.bin", FileResidency::InMemory);
+  EXPECT_EQ(e->size(), 0u);
+  EXPECT_EQ(e->data(), nullptr);
+  EXPECT_QF_ERROR(MappedFile::open(d / "missing.bin", FileResidency::InMemory), ErrorKind::NotFound,
+                  "missing.bin: no such file");
+  EXPECT_QF_ERROR(MappedFile::open(d.path(), FileResidency::InMemory), ErrorKind::InvalidInput, "not a regular file");
 }
 
 TEST(WriteOutputFile, ReplacesFilesFollowsLinksAndWritesThroughFifos) {

@@ -43,11 +43,7 @@ const char* simd_level_name(SimdLevel level) {
 SimdLevel parse_simd_level(std::string_view text) {
   for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
     if (text == simd_level_name(l)) return l;
-  std::string shown;
-  for (char c : text) {  // control characters shown as '?': the message stays one line
-    shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  }
-  throw Error(ErrorKind::Usage, "QF_SIMD: unknown SIMD level '" + shown + "' (allowed: scalar|avx2|avx512)");
+  throw Error(ErrorKind::Usage, "QF_SIMD: unknown SIMD level '" + printable_text(text) + "' (allowed: scalar|avx2|avx512)");
 }
 
 SimdLevel initial_simd_level(const char* qf_simd, SimdLevel best, bool* clamped) {

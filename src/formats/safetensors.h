@@ -39,8 +39,9 @@ struct TensorInfo {
 
 class SafetensorsFile {
  public:
-  // Maps and validates; throws qf::Error naming the file and the problem.
-  static SafetensorsFile open(const std::filesystem::path& path);
+  // Maps (or reads into memory, see FileResidency) and validates; throws
+  // qf::Error naming the file and the problem.
+  static SafetensorsFile open(const std::filesystem::path& path, FileResidency residency = FileResidency::Mapped);
 
   const std::filesystem::path& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -66,7 +67,7 @@ class SafetensorsFile {
 // present in two shards is an error), or a single .safetensors file path.
 class Checkpoint {
  public:
-  static Checkpoint open(const std::filesystem::path& dir_or_file);
+  static Checkpoint open(const std::filesystem::path& dir_or_file, FileResidency residency = FileResidency::Mapped);
 
   const std::vector<std::string>& names() const { return names_; }  // sorted
   const TensorInfo& info(const std::string& name) const;             // NotFound if absent

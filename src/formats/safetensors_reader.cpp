@@ -220,10 +220,10 @@ bool plain_file_name(const std::string& s) {
 
 // ---- SafetensorsFile --------------------------------------------------------
 
-SafetensorsFile SafetensorsFile::open(const fs::path& path) {
+SafetensorsFile SafetensorsFile::open(const fs::path& path, FileResidency residency) {
   SafetensorsFile f;
   f.path_ = path;
-  f.map_ = MappedFile::open(path);
+  f.map_ = MappedFile::open(path, residency);
   const std::string where = path.string();
   f.header_size_ = check_prefix(where, *f.map_);
   std::string_view text(reinterpret_cast<const char*>(f.map_->data()) + 8, f.header_size_);
@@ -352,7 +352,7 @@ void check_against_index(const std::vector<SafetensorsFile>& files, const Locati
   }
 }
 
-std::vector<SafetensorsFile> open_shards(const IndexFile& idx) {
+std::vector<SafetensorsFile> open_shards(const IndexFile& idx, FileResidency residency) {
   const fs::path dir = idx.path.parent_path();
   std::set<std::string> shards;
   for (const auto& [name, file] : idx.weight_map) {
@@ -361,13 +361,13 @@ std::vector<SafetensorsFile> open_shards(const IndexFile& idx) {
     shards.insert(file);
   }
   std::vector<SafetensorsFile> files;
-  for (const auto& file : shards) files.push_back(SafetensorsFile::open(dir / file));
+  for (const auto& file : shards) files.push_back(SafetensorsFile::open(dir / file, residency));
   return files;
 }
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const fs::path& dir_or_file) {
+Checkpoint Checkpoint::open(const fs::path& dir_or_file, FileResidency residency) {
   fs::path p = dir_or_file;
   std::error_code ec;
   if (fs::is_directory(p, ec)) p = pick_in_folder(p);
@@ -375,11 +375,11 @@ Checkpoint Checkpoint::open(const fs::path& dir_or_file) {
   if (ends_with(p.filename().string(), ".index.json")) {
     IndexFile idx = read_index(p);
     ck.index_path_ = p;
-    ck.files_ = open_shards(idx);
+    ck.files_ = open_shards(idx, residency);
     ck.where_ = locate_tensors(ck.files_, p.string());
     check_against_index(ck.files_, ck.where_, idx);
   } else {
-    ck.files_.push_back(SafetensorsFile::open(p));
+    ck.files_.push_back(SafetensorsFile::open(p, residency));
     ck.where_ = locate_tensors(ck.files_, p.string());
   }
   for (const auto& [name, _] : ck.where_) ck.names_.push_back(name);

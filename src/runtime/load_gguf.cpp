@@ -1,10 +1,12 @@
 // GGUF -> runtime Model, weights used in place from the mapping.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 
 #include "core/error.h"
+#include "core/weight_residency.h"
 #include "formats/gguf/gguf.h"
 #include "quantizers/kquants.h"
 #include "runtime/model.h"
@@ -190,7 +192,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 }
 
 std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
-  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file)), file.string()};
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(file, ec);  // an error here is reported by open
+  const FileResidency residency = runtime_weight_residency(ec ? 0 : static_cast<uint64_t>(bytes));
+  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file, residency)), file.string()};
   const GgufFile& f = *r.f;
   ModelConfig c = gguf_model_config(f);
   const std::string arch = f.get_string("general.architecture");
@@ -241,7 +246,9 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
         throw invalid_input(r.where, "tensor 'rope_freqs.weight' value " + std::to_string(i) + " is " +
                                          std::to_string(w.rope_freq_factors[i]) + ", must be positive and finite");
   }
-  return std::make_unique<Model>(std::move(c), std::move(w), file);
+  auto model = std::make_unique<Model>(std::move(c), std::move(w), file);
+  model->set_weights_residency(residency);
+  return model;
 }
 
 }  // namespace qf::rt

@@ -1,5 +1,6 @@
 // Hugging Face safetensors -> runtime Model, weights viewed in the mapping.
 #include <algorithm>
+#include <filesystem>
 #include <iterator>
 #include <memory>
 
@@ -7,6 +8,7 @@
 #include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "core/io.h"
+#include "core/weight_residency.h"
 #include "checkpoint/checkpoint_format.h"
 #include "formats/safetensors.h"
 #include "runtime/model.h"
@@ -47,6 +49,21 @@ struct HfReader {
   }
 };
 
+// The bytes of the folder's .safetensors files (what reading the weights into
+// memory costs); 0 when the folder cannot be listed (open reports why).
+uint64_t safetensors_bytes(const std::filesystem::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->path().extension() == ".safetensors" && it->is_regular_file(size_ec)) {
+      const uintmax_t n = it->file_size(size_ec);
+      if (!size_ec) total += n;
+    }
+  }
+  return ec ? 0 : total;
+}
+
 std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
   ModelConfig c = load_model_config(dir);
   const CheckpointFormat* format = nullptr;
@@ -60,7 +77,8 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
                                       checkpoint_format_names() + ")");
     opened = format->open(dir, *c.quantization_config, cfg_file);
   }
-  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir)), format, opened.qcfg};
+  const FileResidency residency = runtime_weight_residency(safetensors_bytes(dir));
+  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir, residency)), format, opened.qcfg};
   check_layer_tensors(r.ck->names(), "model.layers.", c.num_hidden_layers, cfg_file, "num_hidden_layers");
   const bool qwen2 = c.model_type == "qwen2" || c.model_type == "qwen2_moe";
   const bool qkv_bias = qwen2 || c.attention_bias;
@@ -104,7 +122,9 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
   } else {
     w.lm_head = r.linear("lm_head", false);
   }
-  return std::make_unique<Model>(std::move(c), std::move(w), dir);
+  auto model = std::make_unique<Model>(std::move(c), std::move(w), dir);
+  model->set_weights_residency(residency);
+  return model;
 }
 
 }  // namespace

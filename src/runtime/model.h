@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io.h"
 #include "core/thread_pool.h"
 #include "formats/hf/model_config.h"
 #include "runtime/kv_cache.h"
@@ -223,6 +224,10 @@ class Model {
   // parameter_count() for a dense model.
   uint64_t active_parameter_count() const;
   std::string weight_format() const;  // "f16", or "mixed (...)"
+  // Whether the loader read the weight files into memory or mapped them
+  // (core/weight_residency.h chooses; Mapped for weights built in memory).
+  FileResidency weights_residency() const { return residency_; }
+  void set_weights_residency(FileResidency residency) { residency_ = residency; }
 
  private:
   void attention(int64_t layer, const Batch& batch, const float* q, const KvCache& cache, float* out,
@@ -233,6 +238,7 @@ class Model {
   ModelConfig config_;
   ModelWeights w_;
   std::filesystem::path source_;
+  FileResidency residency_ = FileResidency::Mapped;
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 

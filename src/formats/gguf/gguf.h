@@ -93,8 +93,9 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  // Maps and validates; throws qf::Error naming the file and the problem.
-  static GgufFile open(const std::filesystem::path& path);
+  // Maps (or reads into memory, see FileResidency) and validates; throws
+  // qf::Error naming the file and the problem.
+  static GgufFile open(const std::filesystem::path& path, FileResidency residency = FileResidency::Mapped);
 
   const std::filesystem::path& path() const { return path_; }
   uint32_t version() const { return version_; }
