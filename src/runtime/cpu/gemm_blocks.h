@@ -193,10 +193,36 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, cons
                                                             int64_t rows, float* y) {
   for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row>(x, w + r * Row::stride(n), n);
 }
+// dot1_avx512 over 16-bit rows (f16), prefetching the weights 4 KiB ahead,
+// one 64-byte line per two steps: the same sum in the same order.
+template <typename Row>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) float dot1_prefetch_avx512(const float* x, const uint16_t* w,
+                                                                               int64_t n) {
+  static_assert(sizeof(typename Row::T) == 2, "one 64-byte line per 32 elements");
+  constexpr int64_t kAheadBytes = 4096;
+  __m512 s = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kAheadBytes, _MM_HINT_T0);
+    s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
+    s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), Row::load16(w, i + 16), s);
+  }
+  for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), Row::load16(m, w, i), s);
+  }
+  return hsum512(s);
+}
+
 template <typename Row>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void dot_rows_avx512(const float* x, const typename Row::T* w,
                                                                          int64_t n, int64_t rows, float* y) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * Row::stride(n), n);
+  if constexpr (sizeof(typename Row::T) == 2) {
+    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_prefetch_avx512<Row>(x, w + r * n, n);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * Row::stride(n), n);
+  }
 }
 
 // dot_rows over a row kind at the current level; at the scalar level each
