@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/io.h"
@@ -208,6 +209,94 @@ TEST(Fixture, LogitsDoNotDependOnThreadCount) {
     const auto a = fixture_logits(simd_level(), one, nullptr, text);
     EXPECT_EQ(a, fixture_logits(simd_level(), two, nullptr, text)) << text.size() << " characters";
     EXPECT_EQ(a, fixture_logits(simd_level(), three, nullptr, text)) << text.size() << " characters";
+  }
+}
+
+// Counts the rows a Linear multiplies.
+class CountingLinear final : public Linear {
+ public:
+  explicit CountingLinear(std::shared_ptr<Linear> inner)
+      : Linear(inner->in_features(), inner->out_features()), inner_(std::move(inner)) {}
+  void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
+    rows += n;
+    inner_->forward(x, n, y, pool);
+  }
+  void decode_row(int64_t r, float* out) const override { inner_->decode_row(r, out); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string format() const override { return inner_->format(); }
+  std::vector<float> bias_values() const override { return inner_->bias_values(); }
+  mutable int64_t rows = 0;
+
+ private:
+  std::shared_ptr<Linear> inner_;
+};
+
+// The last layer runs its attention output and MLP only for the tokens whose
+// logits are wanted (every token's K/V still reach the cache): their logits
+// are the floats of running every token, and the cache holds the same K/V.
+// Two sequences share the batch, their tokens interleaved; the fixtures'
+// Linears sum in one order whatever the batch (2, 16 or all rows).
+TEST(Fixture, LastLayerRunsOnlyTheTokensWhoseLogitsAreWanted) {
+  ThreadPool pool(2);
+  for (const char* name : {"fixture-llama", "fixture-mixtral"}) {
+    const auto dir = source_dir() / "tests" / "data" / name;
+    auto model = load_model(dir.string());
+    auto tok = load_tokenizer(dir);
+    const ModelConfig& c = model->config();
+    const int64_t last = c.num_hidden_layers - 1;
+    auto o_proj = std::make_shared<CountingLinear>(model->mutable_layer(last).o);
+    model->mutable_layer(last).o = o_proj;
+    const std::vector<int32_t> texts[2] = {tok->encode(kSentence, true),
+                                           tok->encode(std::string(kSentence) + " " + kSentence + " " + kSentence, true)};
+    struct Entry {
+      int32_t token, seq;
+      int64_t pos;
+    };
+    std::vector<Entry> entries;
+    for (size_t i = 0; i < texts[1].size(); ++i)
+      for (int32_t s = 0; s < 2; ++s)
+        if (i < texts[s].size()) entries.push_back({texts[s][i], s, static_cast<int64_t>(i)});
+    struct Run {
+      std::vector<float> logits;
+      reference::CacheValues kv[2];
+    };
+    auto run = [&](const std::function<bool(size_t)>& want) {
+      KvCache cache = model->make_cache(KvDType::F16, static_cast<int64_t>(entries.size()) + 32);
+      const int32_t seqs[2] = {cache.add_sequence(), cache.add_sequence()};
+      Batch b;
+      for (size_t t = 0; t < entries.size(); ++t) b.add(entries[t].token, seqs[entries[t].seq], entries[t].pos, want(t));
+      Run r;
+      o_proj->rows = 0;
+      model->forward(b, cache, r.logits, pool);
+      for (int s = 0; s < 2; ++s)
+        r.kv[s] = cache_values(cache, seqs[s], c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
+                               static_cast<int64_t>(texts[s].size()));
+      return r;
+    };
+    const Run all = run([](size_t) { return true; });
+    ASSERT_EQ(o_proj->rows, static_cast<int64_t>(entries.size())) << name;
+    auto is_last = [&](size_t t) { return entries[t].pos + 1 == static_cast<int64_t>(texts[entries[t].seq].size()); };
+    const std::function<bool(size_t)> patterns[] = {
+        [&](size_t t) { return t % 5 == 0 || is_last(t); },  // 16 or more rows: the GEMM blocks
+        is_last,                                             // 2 rows: the per-token products
+        [](size_t) { return false; }};
+    for (const auto& want : patterns) {
+      const Run part = run(want);
+      std::vector<float> expect;
+      int64_t wanted = 0;
+      for (size_t t = 0; t < entries.size(); ++t) {
+        if (!want(t)) continue;
+        ++wanted;
+        expect.insert(expect.end(), all.logits.begin() + static_cast<std::ptrdiff_t>(t * c.vocab_size),
+                      all.logits.begin() + static_cast<std::ptrdiff_t>((t + 1) * c.vocab_size));
+      }
+      EXPECT_EQ(o_proj->rows, wanted) << name << ": the last layer's o_proj ran on other rows";
+      EXPECT_EQ(part.logits, expect) << name << ", " << wanted << " rows wanted";
+      for (int s = 0; s < 2; ++s) {
+        EXPECT_EQ(part.kv[s].k, all.kv[s].k) << name << ", sequence " << s;
+        EXPECT_EQ(part.kv[s].v, all.kv[s].v) << name << ", sequence " << s;
+      }
+    }
   }
 }
 

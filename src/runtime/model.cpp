@@ -298,35 +298,53 @@ void Model::ffn_norm(int64_t li, const float* x, int64_t n, float* xn) const {
   for (int64_t t = 0; t < n; ++t) rms_norm(x + t * h, L.ffn_norm.data(), eps, h, xn + t * h);
 }
 
+void Model::project_q(int64_t li, const Batch& b, const float* xn, float* q, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(b.size()), hd = c.head_dim;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  L.q->forward(xn, n, q, pool);
+  if (!L.q_norm.empty()) {
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    for (int64_t r = 0; r < n * c.num_attention_heads; ++r) rms_norm(q + r * hd, L.q_norm.data(), eps, hd, q + r * hd);
+  }
+  rope(b, q, c.num_attention_heads);
+}
+
+void Model::store_kv(int64_t li, const Batch& b, const float* xn, KvCache& cache, ThreadPool& pool,
+                     LinearObserver* obs) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(b.size()), hd = c.head_dim, kvd = c.kv_dim();
+  thread_local std::vector<float> k, v;
+  k.resize(static_cast<size_t>(n * kvd)), v.resize(k.size());
+  const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
+  L.k->forward(xn, n, k.data(), pool);
+  L.v->forward(xn, n, v.data(), pool);
+  if (!L.k_norm.empty()) {
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    for (int64_t r = 0; r < n * c.num_key_value_heads; ++r)
+      rms_norm(k.data() + r * hd, L.k_norm.data(), eps, hd, k.data() + r * hd);
+  }
+  rope(b, k.data(), c.num_key_value_heads);
+  if (obs) obs->observe_kv(li, k.data(), v.data(), n, kvd);
+  for (int64_t t = 0; t < n; ++t)
+    cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd, v.data() + t * kvd);
+}
+
 void Model::attention_block(int64_t li, const Batch& b, const float* x, float* out, KvCache& cache,
                             ThreadPool& pool, LinearObserver* obs) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(b.size());
-  const int64_t h = c.hidden_size, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  thread_local std::vector<float> xn, q, k, v, att;
+  const int64_t h = c.hidden_size, qd = c.q_dim();
+  thread_local std::vector<float> xn, q, att;
   xn.resize(static_cast<size_t>(n * h));
-  q.resize(static_cast<size_t>(n * qd)), k.resize(static_cast<size_t>(n * kvd)), v.resize(k.size());
-  att.resize(q.size());
+  q.resize(static_cast<size_t>(n * qd)), att.resize(q.size());
   const LayerWeights& L = w_.layers[static_cast<size_t>(li)];
   attn_norm(li, x, n, xn.data());
   if (obs) {
     for (auto slot : {LinearObserver::Q, LinearObserver::K, LinearObserver::V}) obs->observe(li, slot, xn.data(), n, h);
   }
-  L.q->forward(xn.data(), n, q.data(), pool);
-  L.k->forward(xn.data(), n, k.data(), pool);
-  L.v->forward(xn.data(), n, v.data(), pool);
-  if (!L.q_norm.empty()) {
-    for (int64_t r = 0; r < n * c.num_attention_heads; ++r)
-      rms_norm(q.data() + r * hd, L.q_norm.data(), eps, hd, q.data() + r * hd);
-    for (int64_t r = 0; r < n * c.num_key_value_heads; ++r)
-      rms_norm(k.data() + r * hd, L.k_norm.data(), eps, hd, k.data() + r * hd);
-  }
-  rope(b, q.data(), c.num_attention_heads);
-  rope(b, k.data(), c.num_key_value_heads);
-  if (obs) obs->observe_kv(li, k.data(), v.data(), n, kvd);
-  for (int64_t t = 0; t < n; ++t)
-    cache.store(li, b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)], k.data() + t * kvd, v.data() + t * kvd);
+  project_q(li, b, xn.data(), q.data(), pool);
+  store_kv(li, b, xn.data(), cache, pool, obs);
   attention(li, b, q.data(), cache, att.data(), pool);
   if (obs) obs->observe(li, LinearObserver::O, att.data(), n, qd);
   L.o->forward(att.data(), n, out, pool);
@@ -378,13 +396,54 @@ void Model::head(const Batch& b, const float* x, std::vector<float>& logits, Thr
   if (m > 0) w_.lm_head->forward(xn.data(), m, logits.data(), pool);
 }
 
+void Model::forward_layer_rows(int64_t li, const Batch& b, const Batch& kept, const std::vector<int64_t>& rows,
+                               const float* x, float* xk, KvCache& cache, ThreadPool& pool) const {
+  const int64_t n = static_cast<int64_t>(b.size()), m = static_cast<int64_t>(rows.size());
+  const int64_t h = config_.hidden_size, qd = config_.q_dim();
+  thread_local std::vector<float> xn, xm, q, att, y;
+  xn.resize(static_cast<size_t>(n * h));
+  attn_norm(li, x, n, xn.data());
+  store_kv(li, b, xn.data(), cache, pool, nullptr);
+  if (m == 0) return;
+  xm.resize(static_cast<size_t>(m * h)), q.resize(static_cast<size_t>(m * qd)), att.resize(q.size()), y.resize(xm.size());
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy_n(xn.data() + rows[static_cast<size_t>(i)] * h, h, xm.data() + i * h);
+    std::copy_n(x + rows[static_cast<size_t>(i)] * h, h, xk + i * h);
+  }
+  project_q(li, kept, xm.data(), q.data(), pool);
+  attention(li, kept, q.data(), cache, att.data(), pool);
+  w_.layers[static_cast<size_t>(li)].o->forward(att.data(), m, y.data(), pool);
+  for (int64_t i = 0; i < m * h; ++i) xk[i] += y[static_cast<size_t>(i)];
+  ffn_norm(li, xk, m, xm.data());
+  mlp_block(li, xm.data(), m, y.data(), pool, nullptr);
+  for (int64_t i = 0; i < m * h; ++i) xk[i] += y[static_cast<size_t>(i)];
+}
+
 void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
                     LinearObserver* obs) const {
   check_batch(b, cache);
-  std::vector<float> x(b.size() * static_cast<size_t>(config_.hidden_size));
+  const int64_t layers = config_.num_hidden_layers, h = config_.hidden_size;
+  std::vector<float> x(b.size() * static_cast<size_t>(h));
   embed(b, x.data());
-  for (int64_t li = 0; li < config_.num_hidden_layers; ++li) forward_layer(li, b, x.data(), cache, pool, obs);
-  head(b, x.data(), logits, pool, obs);
+  // Only the last layer's K/V reach the cache: without an observer (which
+  // sees every token), its tokens whose logits no one wants stop there.
+  std::vector<int64_t> rows;
+  for (size_t t = 0; t < b.size(); ++t)
+    if (b.want_logits[t]) rows.push_back(static_cast<int64_t>(t));
+  const bool trim = obs == nullptr && layers > 0 && rows.size() < b.size();
+  for (int64_t li = 0; li < layers - (trim ? 1 : 0); ++li) forward_layer(li, b, x.data(), cache, pool, obs);
+  if (!trim) {
+    head(b, x.data(), logits, pool, obs);
+    return;
+  }
+  Batch kept;
+  for (int64_t t : rows) {
+    const auto i = static_cast<size_t>(t);
+    kept.add(b.tokens[i], b.seq[i], b.pos[i], true);
+  }
+  std::vector<float> xk(rows.size() * static_cast<size_t>(h));
+  forward_layer_rows(layers - 1, b, kept, rows, x.data(), xk.data(), cache, pool);
+  head(kept, xk.data(), logits, pool, nullptr);
 }
 
 namespace {

@@ -233,6 +233,18 @@ class Model {
   void attention(int64_t layer, const Batch& batch, const float* q, const KvCache& cache, float* out,
                  ThreadPool& pool) const;
   void rope(const Batch& batch, float* x, int64_t heads) const;
+  // The parts of attention_block: the batch's queries (projected, normed,
+  // rotated) from the normed input xn, and its keys and values into the cache.
+  void project_q(int64_t layer, const Batch& batch, const float* xn, float* q, ThreadPool& pool) const;
+  void store_kv(int64_t layer, const Batch& batch, const float* xn, KvCache& cache, ThreadPool& pool,
+                LinearObserver* observer) const;
+  // forward_layer for the batch's tokens `rows` (increasing; `kept` holds
+  // them as a batch): every token's K/V go to the cache, and xk [rows, hidden]
+  // receives the rows' outputs. Each row's floats are those of forward_layer
+  // (its sums do not depend on the batch), except that fewer than 16 tokens
+  // take the per-token products of GGUF block types.
+  void forward_layer_rows(int64_t layer, const Batch& batch, const Batch& kept, const std::vector<int64_t>& rows,
+                          const float* x, float* xk, KvCache& cache, ThreadPool& pool) const;
   void moe_block(int64_t layer, const float* xn, int64_t n, float* out, ThreadPool& pool, LinearObserver* observer) const;
 
   ModelConfig config_;
