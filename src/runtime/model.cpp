@@ -192,7 +192,8 @@ void Model::rope(const Batch& b, float* x, int64_t heads) const {
 
 // Work items are (sequence, KV head, block of query tokens). Each decodes the
 // K rows and transposed V of the positions its queries can see once, for all
-// the query heads sharing that KV head, then runs dense dot products.
+// the query heads sharing that KV head; then each head's scores come from the
+// GEMM blocks and its outputs from dot products over the transposed V.
 void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCache& cache, float* out,
                       ThreadPool& pool) const {
   const int64_t hd = config_.head_dim, nh = config_.num_attention_heads, nkv = config_.num_key_value_heads;
@@ -230,8 +231,16 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       }
     }
   }
+  // Each head's scores are formed kQueryRows queries at a time by the GEMM
+  // blocks (each score in the order of a single dot, so no float changes),
+  // against the keys those queries can see.
+  constexpr int64_t kQueryRows = 24;
+  auto first_key = [&](int64_t t) {
+    const int64_t pos = b.pos[static_cast<size_t>(t)];
+    return win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0;
+  };
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](const Chunk& c) {
-    thread_local std::vector<float> K, Vt, scores;
+    thread_local std::vector<float> K, Vt, Q, S;
     for (int64_t ii = c.begin; ii < c.end; ++ii) {
       const Item& it = items[static_cast<size_t>(ii)];
       int64_t lo_all = INT64_MAX, hi_all = 0;
@@ -243,20 +252,26 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       const int64_t span = hi_all - lo_all;
       K.resize(static_cast<size_t>(span * hd));
       Vt.resize(static_cast<size_t>(span * hd));
-      scores.resize(static_cast<size_t>(span));
       cache.load_k_rows(layer, it.seq, it.kvh, lo_all, hi_all, K.data());
       cache.load_v_cols(layer, it.seq, it.kvh, lo_all, hi_all, Vt.data());
-      for (int64_t t : it.tokens) {
-        const int64_t pos = b.pos[static_cast<size_t>(t)];
-        const int64_t lo = win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0;
-        const int64_t n = pos - lo + 1, off = lo - lo_all;
-        for (int64_t h = it.kvh * group; h < (it.kvh + 1) * group; ++h) {
-          const float* qv = q + (t * nh + h) * hd;
-          dot_rows_f32(qv, K.data() + off * hd, hd, n, scores.data());
-          for (int64_t p = 0; p < n; ++p) scores[static_cast<size_t>(p)] *= scale;
-          softmax(scores.data(), n);
-          float* o = out + (t * nh + h) * hd;
-          for (int64_t d = 0; d < hd; ++d) o[d] = dot_f32(scores.data(), Vt.data() + d * span + off, n);
+      const int64_t queries = static_cast<int64_t>(it.tokens.size());
+      for (int64_t h = it.kvh * group; h < (it.kvh + 1) * group; ++h) {
+        for (int64_t j0 = 0; j0 < queries; j0 += kQueryRows) {
+          const int64_t m = std::min(kQueryRows, queries - j0);
+          const int64_t* toks = it.tokens.data() + j0;
+          const int64_t k0 = first_key(toks[0]) - lo_all, k1 = b.pos[static_cast<size_t>(toks[m - 1])] + 1 - lo_all;
+          Q.resize(static_cast<size_t>(m * hd)), S.resize(static_cast<size_t>(m * (k1 - k0)));
+          for (int64_t j = 0; j < m; ++j) std::copy_n(q + (toks[j] * nh + h) * hd, hd, Q.data() + j * hd);
+          gemm_tile_f32(Q.data(), m, hd, K.data() + k0 * hd, k1 - k0, hd, S.data(), k1 - k0);
+          for (int64_t j = 0; j < m; ++j) {
+            const int64_t t = toks[j], lo = first_key(t);
+            const int64_t n = b.pos[static_cast<size_t>(t)] - lo + 1, off = lo - lo_all;
+            float* scores = S.data() + j * (k1 - k0) + (off - k0);
+            for (int64_t p = 0; p < n; ++p) scores[p] *= scale;
+            softmax(scores, n);
+            float* o = out + (t * nh + h) * hd;
+            for (int64_t d = 0; d < hd; ++d) o[d] = dot_f32(scores, Vt.data() + d * span + off, n);
+          }
         }
       }
     }

@@ -53,16 +53,31 @@ __attribute__((target("avx2"))) inline float hsum_accs256(const __m256* a) {
   return hsum256(s);
 }
 
+// How far ahead the one-row dots of 16-bit rows (decode) prefetch the
+// weights: one 64-byte line per 32 elements, 4 KiB ahead.
+constexpr int64_t kPrefetchAheadBytes = 4096;
+
 // One row against one token, in the order every block uses: chunk c of 8
 // elements into accumulator c % Row::kAvx2Accs, the accumulators summed
 // (hsum_accs256), then the elements past a multiple of 8 by explicit fused
-// multiply-adds.
-template <typename Row>
+// multiply-adds. kPrefetch (16-bit rows) prefetches the row ahead, which
+// changes no float.
+template <typename Row, bool kPrefetch = false>
 __attribute__((target("avx2,fma,f16c"))) float dot1_avx2(const float* x, const typename Row::T* w, int64_t n) {
   constexpr int A = Row::kAvx2Accs;
+  static_assert(!kPrefetch || sizeof(typename Row::T) == 2, "one 64-byte line per 32 elements");
+  static_assert(32 % (8 * A) == 0, "32 elements hold whole rounds of the accumulators");
   __m256 s[A];
   for (auto& a : s) a = _mm256_setzero_ps();
   int64_t i = 0;
+  if constexpr (kPrefetch) {
+    for (; i + 32 <= n; i += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchAheadBytes, _MM_HINT_T0);
+      for (int64_t u = i; u < i + 32; u += 8 * A)
+        for (int j = 0; j < A; ++j)
+          s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + u + 8 * j), Row::load8(w, u + 8 * j), s[j]);
+    }
+  }
   for (; i + 8 * A <= n; i += 8 * A)
     for (int j = 0; j < A; ++j) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), Row::load8(w, i + 8 * j), s[j]);
   for (int j = 0; i + 8 <= n; i += 8, ++j) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), Row::load8(w, i), s[j]);
@@ -72,11 +87,19 @@ __attribute__((target("avx2,fma,f16c"))) float dot1_avx2(const float* x, const t
 }
 
 // The same with 16 lanes and a masked last step.
-template <typename Row>
+template <typename Row, bool kPrefetch = false>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) float dot1_avx512(const float* x, const typename Row::T* w,
                                                                       int64_t n) {
+  static_assert(!kPrefetch || sizeof(typename Row::T) == 2, "one 64-byte line per 32 elements");
   __m512 s = _mm512_setzero_ps();
   int64_t i = 0;
+  if constexpr (kPrefetch) {
+    for (; i + 32 <= n; i += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchAheadBytes, _MM_HINT_T0);
+      s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
+      s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), Row::load16(w, i + 16), s);
+    }
+  }
   for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
@@ -187,42 +210,20 @@ __attribute__((target("avx2,fma,f16c"))) void gemm_txr_avx2(const float* x, int6
 }
 
 // `rows` rows one after the other (one stream through memory, which decode
-// reads faster than several rows interleaved), each in the blocks' order.
+// reads faster than several rows interleaved), each in the blocks' order;
+// 16-bit rows (f16) prefetched ahead.
 template <typename Row>
 __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const float* x, const typename Row::T* w, int64_t n,
                                                             int64_t rows, float* y) {
-  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row>(x, w + r * Row::stride(n), n);
-}
-// dot1_avx512 over 16-bit rows (f16), prefetching the weights 4 KiB ahead,
-// one 64-byte line per two steps: the same sum in the same order.
-template <typename Row>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) float dot1_prefetch_avx512(const float* x, const uint16_t* w,
-                                                                               int64_t n) {
-  static_assert(sizeof(typename Row::T) == 2, "one 64-byte line per 32 elements");
-  constexpr int64_t kAheadBytes = 4096;
-  __m512 s = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kAheadBytes, _MM_HINT_T0);
-    s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
-    s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), Row::load16(w, i + 16), s);
-  }
-  for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Row::load16(w, i), s);
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), Row::load16(m, w, i), s);
-  }
-  return hsum512(s);
+  constexpr bool kPrefetch = sizeof(typename Row::T) == 2;
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx2<Row, kPrefetch>(x, w + r * Row::stride(n), n);
 }
 
 template <typename Row>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void dot_rows_avx512(const float* x, const typename Row::T* w,
                                                                          int64_t n, int64_t rows, float* y) {
-  if constexpr (sizeof(typename Row::T) == 2) {
-    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_prefetch_avx512<Row>(x, w + r * n, n);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row>(x, w + r * Row::stride(n), n);
-  }
+  constexpr bool kPrefetch = sizeof(typename Row::T) == 2;
+  for (int64_t r = 0; r < rows; ++r) y[r] = dot1_avx512<Row, kPrefetch>(x, w + r * Row::stride(n), n);
 }
 
 // dot_rows over a row kind at the current level; at the scalar level each
