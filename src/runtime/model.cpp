@@ -245,9 +245,8 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       const Item& it = items[static_cast<size_t>(ii)];
       int64_t lo_all = INT64_MAX, hi_all = 0;
       for (int64_t t : it.tokens) {
-        const int64_t pos = b.pos[static_cast<size_t>(t)];
-        lo_all = std::min(lo_all, win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0);
-        hi_all = std::max(hi_all, pos + 1);
+        lo_all = std::min(lo_all, first_key(t));
+        hi_all = std::max(hi_all, b.pos[static_cast<size_t>(t)] + 1);
       }
       const int64_t span = hi_all - lo_all;
       K.resize(static_cast<size_t>(span * hd));
@@ -383,16 +382,33 @@ void Model::mlp_block(int64_t li, const float* xn, int64_t n, float* out, Thread
   L.down->forward(g.data(), n, out, pool);
 }
 
+namespace {
+
+// x[n, hidden] += y, the residual of a layer's two halves.
+void add_rows(float* x, const float* y, int64_t n, int64_t h) {
+  for (int64_t i = 0; i < n * h; ++i) x[i] += y[i];
+}
+
+// The second half of a decoder layer on n rows: x += mlp_block(ffn_norm(x)).
+void add_mlp(const Model& model, int64_t li, float* x, int64_t n, ThreadPool& pool, LinearObserver* obs) {
+  const int64_t h = model.config().hidden_size;
+  thread_local std::vector<float> xn, y;
+  xn.resize(static_cast<size_t>(n * h)), y.resize(xn.size());
+  model.ffn_norm(li, x, n, xn.data());
+  model.mlp_block(li, xn.data(), n, y.data(), pool, obs);
+  add_rows(x, y.data(), n, h);
+}
+
+}  // namespace
+
 void Model::forward_layer(int64_t li, const Batch& b, float* x, KvCache& cache, ThreadPool& pool,
                           LinearObserver* obs) const {
   const int64_t n = static_cast<int64_t>(b.size()), h = config_.hidden_size;
-  thread_local std::vector<float> xn, y;
-  xn.resize(static_cast<size_t>(n * h)), y.resize(xn.size());
+  thread_local std::vector<float> y;
+  y.resize(static_cast<size_t>(n * h));
   attention_block(li, b, x, y.data(), cache, pool, obs);
-  for (int64_t i = 0; i < n * h; ++i) x[i] += y[static_cast<size_t>(i)];
-  ffn_norm(li, x, n, xn.data());
-  mlp_block(li, xn.data(), n, y.data(), pool, obs);
-  for (int64_t i = 0; i < n * h; ++i) x[i] += y[static_cast<size_t>(i)];
+  add_rows(x, y.data(), n, h);
+  add_mlp(*this, li, x, n, pool, obs);
 }
 
 void Model::head(const Batch& b, const float* x, std::vector<float>& logits, ThreadPool& pool,
@@ -428,10 +444,8 @@ void Model::forward_layer_rows(int64_t li, const Batch& b, const Batch& kept, co
   project_q(li, kept, xm.data(), q.data(), pool);
   attention(li, kept, q.data(), cache, att.data(), pool);
   w_.layers[static_cast<size_t>(li)].o->forward(att.data(), m, y.data(), pool);
-  for (int64_t i = 0; i < m * h; ++i) xk[i] += y[static_cast<size_t>(i)];
-  ffn_norm(li, xk, m, xm.data());
-  mlp_block(li, xm.data(), m, y.data(), pool, nullptr);
-  for (int64_t i = 0; i < m * h; ++i) xk[i] += y[static_cast<size_t>(i)];
+  add_rows(xk, y.data(), m, h);
+  add_mlp(*this, li, xk, m, pool, nullptr);
 }
 
 void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, ThreadPool& pool,
