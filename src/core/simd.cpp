@@ -1,6 +1,8 @@
 #include "core/simd.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,14 +20,34 @@ static bool has_f16c() {
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
 }
 
+// AMX tiles with bf16 dot products, AVX512-BF16 conversions, and the
+// kernel's permission to use the tile state: CPUID.(7,0):EDX bits 22
+// (AMX-BF16) and 24 (AMX-TILE), CPUID.(7,1):EAX bit 5 (AVX512-BF16), the OS
+// saving the tile state (XCR0 bits 17 and 18), and Linux granting this
+// process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA; the
+// grant holds for every thread of the process).
+static bool has_amx_bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 5))) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
 SimdLevel best_simd_level() {
   static const SimdLevel best = [] {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
-    // The AVX-512 level also runs AVX2 kernels (those with no AVX-512 version).
+    // The AVX-512 level also runs AVX2 kernels (those with no AVX-512 version),
+    // and the AMX level runs the AVX-512 kernels but for the GEMMs it has.
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
-      return SimdLevel::Avx512;
+      return has_amx_bf16() ? SimdLevel::Amx : SimdLevel::Avx512;
     return avx2 ? SimdLevel::Avx2 : SimdLevel::Scalar;
   }();
   return best;
@@ -36,14 +58,15 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::Scalar: return "scalar";
     case SimdLevel::Avx2: return "avx2";
     case SimdLevel::Avx512: return "avx512";
+    case SimdLevel::Amx: return "amx";
   }
   return "?";
 }
 
 SimdLevel parse_simd_level(std::string_view text) {
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Amx})
     if (text == simd_level_name(l)) return l;
-  throw Error(ErrorKind::Usage, "QF_SIMD: unknown SIMD level '" + printable_text(text) + "' (allowed: scalar|avx2|avx512)");
+  throw Error(ErrorKind::Usage, "QF_SIMD: unknown SIMD level '" + printable_text(text) + "' (allowed: scalar|avx2|avx512|amx)");
 }
 
 SimdLevel initial_simd_level(const char* qf_simd, SimdLevel best, bool* clamped) {

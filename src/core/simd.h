@@ -6,7 +6,7 @@
 // The level starts as the best the CPU supports, or as QF_SIMD in the
 // environment says:
 //   QF_SIMD unset or empty    the best level of this CPU
-//   QF_SIMD=scalar|avx2|avx512 that level; a level above what the CPU supports
+//   QF_SIMD=scalar|avx2|avx512|amx that level; a level above what the CPU supports
 //                             is clamped to the best one, with one note on stderr
 //   anything else             qf::Error (Usage): simd_level() throws, naming
 //                             the allowed values
@@ -20,26 +20,31 @@
 
 namespace qf {
 
-enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Amx is Avx512 plus AMX tiles (bf16 dot products) for the GEMMs that have
+// a tile kernel (runtime/cpu/amx_gemm.h); every other kernel runs its
+// AVX-512 version there. Compare levels with >= Avx512 for "AVX-512 kernels".
+enum class SimdLevel { Scalar = 0, Avx2 = 1, Avx512 = 2, Amx = 3 };
 
 // The level in use. The first call reads QF_SIMD (see above); throws
 // qf::Error (Usage) for a value that names no level.
 SimdLevel simd_level();
 
 // The best level this CPU supports: Avx512 needs AVX-512 F, BW and VL on top of
-// everything Avx2 needs (AVX2, FMA, F16C).
+// everything Avx2 needs (AVX2, FMA, F16C); Amx needs Avx512, AVX512-BF16,
+// AMX-TILE and AMX-BF16, the OS saving the tile state, and Linux granting the
+// process the tile data (the first call asks for it).
 SimdLevel best_simd_level();
 
 // Forces a level, clamped to best_simd_level() (a kernel the CPU cannot run is
 // never chosen). Affects every kernel, in every thread, from the next call.
 void set_simd_level(SimdLevel level);
 
-// "scalar", "avx2", "avx512".
+// "scalar", "avx2", "avx512", "amx".
 const char* simd_level_name(SimdLevel level);
 
-// The level a QF_SIMD value names: exactly "scalar", "avx2" or "avx512".
+// The level a QF_SIMD value names: exactly "scalar", "avx2", "avx512" or "amx".
 // Anything else throws qf::Error (Usage) "QF_SIMD: unknown SIMD level '...'
-// (allowed: scalar|avx2|avx512)". Does not clamp.
+// (allowed: scalar|avx2|avx512|amx)". Does not clamp.
 SimdLevel parse_simd_level(std::string_view text);
 
 // The level simd_level() starts at for a QF_SIMD value (nullptr: unset) on a

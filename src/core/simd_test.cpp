@@ -12,13 +12,14 @@
 namespace qf {
 namespace {
 
-TEST(Simd, ParsesExactlyTheThreeLevelNames) {
+TEST(Simd, ParsesExactlyTheFourLevelNames) {
   EXPECT_EQ(parse_simd_level("scalar"), SimdLevel::Scalar);
   EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::Avx2);
   EXPECT_EQ(parse_simd_level("avx512"), SimdLevel::Avx512);
-  for (const char* bad : {"avx3", "AVX2", "avx2 ", " avx2", "avx", "sse", "avx512f", "none", "0", "auto"}) {
+  EXPECT_EQ(parse_simd_level("amx"), SimdLevel::Amx);
+  for (const char* bad : {"avx3", "AVX2", "avx2 ", " avx2", "avx", "sse", "avx512f", "none", "0", "auto", "AMX", "amx-bf16"}) {
     SCOPED_TRACE(bad);
-    EXPECT_QF_ERROR(parse_simd_level(bad), ErrorKind::Usage, "(allowed: scalar|avx2|avx512)");
+    EXPECT_QF_ERROR(parse_simd_level(bad), ErrorKind::Usage, "(allowed: scalar|avx2|avx512|amx)");
     EXPECT_QF_ERROR(parse_simd_level(bad), ErrorKind::Usage, std::string("'") + bad + "'");
   }
   // One line whatever the value holds.
@@ -31,14 +32,14 @@ TEST(Simd, ParsesExactlyTheThreeLevelNames) {
 }
 
 TEST(Simd, LevelNames) {
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512})
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Amx})
     EXPECT_EQ(parse_simd_level(simd_level_name(l)), l);
 }
 
 // QF_SIMD unset or empty: the CPU's best; a level above it: clamped (and
 // said so: simd_level() prints one note); an unknown value: a usage error.
 TEST(Simd, InitialLevelFromQfSimd) {
-  const SimdLevel levels[] = {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512};
+  const SimdLevel levels[] = {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Amx};
   for (SimdLevel best : levels) {
     bool clamped = true;
     EXPECT_EQ(initial_simd_level(nullptr, best, &clamped), best);
@@ -49,14 +50,14 @@ TEST(Simd, InitialLevelFromQfSimd) {
       EXPECT_EQ(initial_simd_level(simd_level_name(want), best, &clamped), std::min(want, best));
       EXPECT_EQ(clamped, want > best) << simd_level_name(want) << " on " << simd_level_name(best);
     }
-    EXPECT_QF_ERROR(initial_simd_level("avx3", best), ErrorKind::Usage, "allowed: scalar|avx2|avx512");
+    EXPECT_QF_ERROR(initial_simd_level("avx3", best), ErrorKind::Usage, "allowed: scalar|avx2|avx512|amx");
   }
 }
 
 // set_simd_level takes effect at once and never goes above the CPU.
 TEST(Simd, SetLevelIsClampedToTheCpu) {
   test::ScopedSimdLevel restore(simd_level());
-  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+  for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Amx}) {
     set_simd_level(l);
     EXPECT_EQ(simd_level(), std::min(l, best_simd_level())) << simd_level_name(l);
   }

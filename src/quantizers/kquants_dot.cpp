@@ -76,6 +76,7 @@ DotFn lookup(const DotFn* fns, uint32_t type, int64_t n) {
 const DotFn* kernels_at(SimdLevel level) {
   const Table& tb = table();
   switch (level) {
+    case SimdLevel::Amx:
     case SimdLevel::Avx512: return tb.avx512;
     case SimdLevel::Avx2: return tb.avx2;
     case SimdLevel::Scalar: break;

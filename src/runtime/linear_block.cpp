@@ -1,13 +1,16 @@
 // Linear over GGUF blocks. Few tokens (decode): activations are quantized to
 // the weight type's vec_dot_type once per token, then each thread takes a
 // range of weight rows and dots every token against each row while it is in
-// cache. Many tokens (prefill, perplexity): weight tiles are decoded to f32
-// and go through the f32 GEMM of forward_row_tiles; at AVX-512 Q8_0 rows are
-// decoded in the GEMM's registers instead (gemm_tile_q8_0, the same floats).
+// cache. Many tokens (prefill, perplexity): at the AMX level the types of
+// cpu/amx_gemm.h go to the tiles as codes and scales; otherwise weight tiles
+// are decoded to f32 and go through the f32 GEMM of forward_row_tiles; at
+// AVX-512 Q8_0 rows are decoded in the GEMM's registers instead
+// (gemm_tile_q8_0, the same floats).
 #include <algorithm>
 
 #include "core/error.h"
 #include "quantizers/kquants.h"
+#include "runtime/cpu/amx_gemm.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 
@@ -29,7 +32,25 @@ class BlockLinear final : public Linear {
         row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
-    if (n >= kDequantizeTokens && type_ == ggml_type::Q8_0 && qf::simd_level() == SimdLevel::Avx512) {
+    if (n >= kDequantizeTokens && qf::simd_level() >= SimdLevel::Amx && amx_gemm_supports(type_)) {
+      // AMX tiles: the weights' integer codes against the activations split
+      // into two bf16 pieces (16 significant bits), each sub-block's scale
+      // and min applied in f32 (cpu/amx_gemm.h).
+      // (A lambda naming a thread_local would reach each pool thread's own
+      // copy: the threads get this one by reference.)
+      thread_local AmxActivations mine;
+      AmxActivations& act = mine;
+      amx_activations_reserve(act, n, in_, amx_sub_block(type_), amx_has_min(type_));
+      pool.parallel_for(act.blocks, 1, [&](const Chunk& c) { amx_prepare_activations(x, in_, act, c.begin, c.end); });
+      const AmxActivations& shared = act;
+      forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
+        thread_local AmxWeightTile tile;
+        amx_decode_tile(type_, data_ + static_cast<size_t>(r0) * row_bytes_, row_bytes_, rows, in_, tile);
+        amx_gemm_tile(shared, tile, y + r0, out_);
+      });
+      return;
+    }
+    if (n >= kDequantizeTokens && type_ == ggml_type::Q8_0 && qf::simd_level() >= SimdLevel::Avx512) {
       // Q8_0 rows go to the GEMM as they are, decoded in registers (the
       // floats of the decoded tiles below, with about a quarter of the bytes
       // read and no tile written). The k-quants decode too slowly to repeat
@@ -70,8 +91,8 @@ class BlockLinear final : public Linear {
           const uint8_t* at = a + static_cast<size_t>(t) * act_bytes_;
           float* yt = y + t * out_;
           for (int64_t r = r0; r < r1; ++r) {
-            if (n == 1 && r + 2 < out_) {  // decode streams the weights: fetch the row after next while this one is dotted
-              const uint8_t* ahead = data_ + static_cast<size_t>(r + 2) * row_bytes_;
+            if (n == 1 && r + 1 < out_) {  // decode streams the weights: fetch the next row while this one is dotted
+              const uint8_t* ahead = data_ + static_cast<size_t>(r + 1) * row_bytes_;
               for (size_t off = 0; off < row_bytes_; off += 64) __builtin_prefetch(ahead + off);
             }
             const float v = dot(in_, data_ + static_cast<size_t>(r) * row_bytes_, at);

@@ -7,7 +7,7 @@ fx="$SRC/tests/data/fixture-llama"
 evaltxt="$SRC/tests/data/text/evaluation.txt"
 
 for bad in avx3 "AVX2 " AVX2 " avx2" sse auto; do
-  expect_exit 2 "^quantforge: usage error: QF_SIMD: unknown SIMD level '$bad' \(allowed: scalar\|avx2\|avx512\)$" \
+  expect_exit 2 "^quantforge: usage error: QF_SIMD: unknown SIMD level '$bad' \(allowed: scalar\|avx2\|avx512\|amx\)$" \
     -- env QF_SIMD="$bad" "$QF" inspect "$fx"
 done
 expect_exit 2 "QF_SIMD: unknown SIMD level 'avx3'" -- env QF_SIMD=avx3 "$QF" bench "$fx" -p 8 -n 2
@@ -19,11 +19,16 @@ has() { [[ " $flags " == *" $1 "* ]]; }
 best=scalar
 if has avx2 && has fma && has f16c; then
   best=avx2
-  if has avx512f && has avx512bw; then best=avx512; fi
+  if has avx512f && has avx512bw; then
+    best=avx512
+    # AMX: the tiles with bf16 dot products and AVX512-BF16 (Linux lists
+    # amx_tile only when it saves the tile state).
+    if has amx_tile && has amx_bf16 && has avx512_bf16; then best=amx; fi
+  fi
 fi
-rank() { case "$1" in scalar) echo 0 ;; avx2) echo 1 ;; avx512) echo 2 ;; esac; }
+rank() { case "$1" in scalar) echo 0 ;; avx2) echo 1 ;; avx512) echo 2 ;; amx) echo 3 ;; esac; }
 
-for want in scalar avx2 avx512; do
+for want in scalar avx2 avx512 amx; do
   used=$want
   [[ $(rank "$want") -gt $(rank "$best") ]] && used=$best
   rc=0

@@ -62,7 +62,9 @@ class SimdVsScalarFixture : public SimdLevelFixture {
 };
 
 // Every level, for INSTANTIATE_TEST_SUITE_P; cases are named after the level.
-inline auto all_simd_levels() { return ::testing::Values(SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512); }
+inline auto all_simd_levels() {
+  return ::testing::Values(SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Amx);
+}
 inline std::string simd_case_name(const ::testing::TestParamInfo<SimdLevel>& info) {
   return simd_level_name(info.param);
 }

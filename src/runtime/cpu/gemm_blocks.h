@@ -233,7 +233,7 @@ template <typename Row>
 void dot_rows_kind(const float* x, const typename Row::T* w, int64_t n, int64_t rows, float* y,
                    void (*decode)(const typename Row::T*, float*, int64_t)) {
   const SimdLevel level = simd_level();
-  if (level == SimdLevel::Avx512) return dot_rows_avx512<Row>(x, w, n, rows, y);
+  if (level >= SimdLevel::Avx512) return dot_rows_avx512<Row>(x, w, n, rows, y);
   if (level == SimdLevel::Avx2) return dot_rows_avx2<Row>(x, w, n, rows, y);
   if constexpr (std::is_same_v<typename Row::T, float>) {
     for (int64_t r = 0; r < rows; ++r) y[r] = dot_f32(x, w + r * n, n);
@@ -336,7 +336,7 @@ void gemm_tile(const float* x, int64_t tokens, int64_t xs, const typename Row::T
         for (int64_t u = t; u < t + tb; ++u) dot_rows(x + u * xs, w + r * stride, k, rows - r, y + u * ys + r);
     }
   };
-  if (level == SimdLevel::Avx512) {
+  if (level >= SimdLevel::Avx512) {
     run(6, 4, gemm_tx4_avx512<6, Row>, nullptr);
     run(4, 4, gemm_tx4_avx512<4, Row>, nullptr);
   } else if (level == SimdLevel::Avx2) {

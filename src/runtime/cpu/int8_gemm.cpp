@@ -145,6 +145,7 @@ void drive_vnni(const int8_t* x, int64_t tokens, int64_t xs, const int8_t* w, in
 
 const char* int8_gemm_kernel_name() {
   switch (simd_level()) {
+    case SimdLevel::Amx:
     case SimdLevel::Avx512: return cpu_has_vnni() ? "avx512-vnni" : "avx2";
     case SimdLevel::Avx2: return "avx2";
     default: return "scalar";
@@ -155,7 +156,7 @@ void gemm_s8s8_s32(const int8_t* x, int64_t tokens, int64_t xs, const int8_t* w,
                    const int32_t* w_rowsum, int32_t* y, int64_t ys) {
   if (tokens <= 0 || rows <= 0) return;
   const SimdLevel level = simd_level();
-  if (level == SimdLevel::Avx512 && cpu_has_vnni()) {
+  if (level >= SimdLevel::Avx512 && cpu_has_vnni()) {
     std::vector<int32_t> own;
     if (!w_rowsum) {
       own = int8_row_sums(w, rows, k);

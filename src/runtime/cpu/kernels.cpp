@@ -239,6 +239,7 @@ __attribute__((target("avx512f"))) void f16_to_f32_avx512(const uint16_t* s, flo
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   switch (simd_level()) {
+    case SimdLevel::Amx:
     case SimdLevel::Avx512: return dot_avx512(a, b, n);
     case SimdLevel::Avx2: return dot_avx2(a, b, n);
     default: return ref::dot_f32(a, b, n);
@@ -299,7 +300,7 @@ void gemm_tile_q8_0(const float* x, int64_t tokens, int64_t xs, const uint8_t* w
 
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
   SimdLevel level = simd_level();
-  if (dtype == DType::F16 && level == SimdLevel::Avx512)
+  if (dtype == DType::F16 && level >= SimdLevel::Avx512)
     return f16_to_f32_avx512(static_cast<const uint16_t*>(src), dst, n);
   if (dtype == DType::F16 && level == SimdLevel::Avx2)
     return f16_to_f32_avx2(static_cast<const uint16_t*>(src), dst, n);
