@@ -93,6 +93,7 @@ simd=scalar
 grep -qw avx2 /proc/cpuinfo && simd=AVX2
 grep -qw avx512bw /proc/cpuinfo && simd=AVX-512
 grep -qw avx512_vnni /proc/cpuinfo && simd="AVX-512 VNNI"
+grep -qw amx_bf16 /proc/cpuinfo && simd="$simd, AMX (quantforge level: ${QF_SIMD:-best})"
 echo "machine: $(nproc) threads, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $simd"
 echo "llama.cpp: $llama"
 echo "model: $model, $threads threads, $reps runs each, alternating"
