@@ -100,7 +100,8 @@ void amx_activations_reserve(AmxActivations& out, int64_t tokens, int64_t k, int
     throw Error(ErrorKind::Internal, "amx_activations_reserve: bad shape");
   out.tokens = tokens, out.k = k, out.sub = sub, out.blocks = (tokens + 15) / 16;
   out.pieces.resize(static_cast<size_t>(out.blocks * 2 * k * 16));
-  out.sums.assign(sums ? static_cast<size_t>(out.blocks * (k / sub) * 16) : 0, 0.0f);
+  // amx_prepare_activations writes every sum, padding tokens' included.
+  out.sums.resize(sums ? static_cast<size_t>(out.blocks * (k / sub) * 16) : 0);
 }
 
 QF_AMX_SPLIT void amx_prepare_activations(const float* x, int64_t x_stride, AmxActivations& out, int64_t b0, int64_t b1) {

@@ -59,12 +59,11 @@ QF_AMX_DECODE inline __m256i high_nibbles(__m256i q) {
 
 // Row r of the tile: the codes of sub-block j at codes[j * 16 * sub] (the
 // rows of a 16-row group are `sub` codes apart), scale/min at [j * 64 + r].
-QF_AMX_DECODE void decode_q8_0(const uint8_t* row, int64_t k, uint16_t* codes, float* scale, float* min) {
+QF_AMX_DECODE void decode_q8_0(const uint8_t* row, int64_t k, uint16_t* codes, float* scale) {
   const auto* b = reinterpret_cast<const kquants::BlockQ8_0*>(row);
   for (int64_t j = 0; j < k / 32; ++j) {
     store_codes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j].qs)), codes + j * 16 * 32);
     scale[j * 64] = hd::f16_to_f32(b[j].d);
-    min[j * 64] = 0.0f;
   }
 }
 
@@ -94,7 +93,7 @@ QF_AMX_DECODE void decode_q45_k(const uint8_t* row, int64_t k, uint16_t* codes, 
   }
 }
 
-QF_AMX_DECODE void decode_q6_k(const uint8_t* row, int64_t k, uint16_t* codes, float* scale, float* min) {
+QF_AMX_DECODE void decode_q6_k(const uint8_t* row, int64_t k, uint16_t* codes, float* scale) {
   const auto* blocks = reinterpret_cast<const kquants::BlockQ6_K*>(row);
   for (int64_t s = 0; s < k / kSuperBlock; ++s) {
     const kquants::BlockQ6_K& b = blocks[s];
@@ -108,11 +107,7 @@ QF_AMX_DECODE void decode_q6_k(const uint8_t* row, int64_t k, uint16_t* codes, f
         const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
         const int e0 = 128 * h + 32 * t;
         store_codes16(c, codes + (s * 16 + e0 / 16) * 16 * 16);
-        for (int u = 0; u < 2; ++u) {
-          const int64_t j = s * 16 + e0 / 16 + u;
-          scale[j * 64] = d * b.scales[e0 / 16 + u];
-          min[j * 64] = 0.0f;
-        }
+        for (int u = 0; u < 2; ++u) scale[(s * 16 + e0 / 16 + u) * 64] = d * b.scales[e0 / 16 + u];
       }
     }
   }
@@ -124,30 +119,34 @@ void amx_decode_tile(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t 
   const int64_t block = type == ggml_type::Q8_0 ? kquants::kLegacyBlock : kSuperBlock;
   if (!amx_gemm_supports(type) || rows < 1 || rows > 64 || k < 1 || k % block != 0 || simd_level() < SimdLevel::Amx)
     throw Error(ErrorKind::Internal, "amx_decode_tile: unsupported type, shape or SIMD level");
-  const int64_t padded = (rows + 15) / 16 * 16, subs = k / amx_sub_block(type);
+  const int64_t padded = (rows + 15) / 16 * 16, sub = amx_sub_block(type), subs = k / sub;
   out.rows = rows;
   out.has_min = amx_has_min(type);
   out.codes.resize(static_cast<size_t>(padded * k));
   out.scale.resize(static_cast<size_t>(subs * 64));
-  out.min.resize(static_cast<size_t>(subs * 64));
-  const int64_t sub = amx_sub_block(type);
+  if (out.has_min) out.min.resize(static_cast<size_t>(subs * 64));
+  else out.min.clear();  // nothing reads it
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_bytes;
     uint16_t* codes = out.codes.data() + (r / 16) * 16 * k + (r % 16) * sub;
     float* scale = out.scale.data() + r;
-    float* min = out.min.data() + r;
     switch (type) {
-      case ggml_type::Q8_0: decode_q8_0(row, k, codes, scale, min); break;
-      case ggml_type::Q4_K: decode_q45_k<false>(row, k, codes, scale, min); break;
-      case ggml_type::Q5_K: decode_q45_k<true>(row, k, codes, scale, min); break;
-      default: decode_q6_k(row, k, codes, scale, min); break;
+      case ggml_type::Q8_0: decode_q8_0(row, k, codes, scale); break;
+      case ggml_type::Q4_K: decode_q45_k<false>(row, k, codes, scale, out.min.data() + r); break;
+      case ggml_type::Q5_K: decode_q45_k<true>(row, k, codes, scale, out.min.data() + r); break;
+      default: decode_q6_k(row, k, codes, scale); break;
     }
   }
   for (int64_t r = rows; r < padded; ++r)
     for (int64_t j = 0; j < subs; ++j)
       std::memset(out.codes.data() + (r / 16) * 16 * k + j * 16 * sub + (r % 16) * sub, 0, static_cast<size_t>(sub) * 2);
+  // Rows past the tile multiply zero codes; their scales and mins are zeroed
+  // too, so a stale value from an earlier tile (an inf) cannot make a NaN.
   for (int64_t j = 0; j < subs; ++j)
-    for (int64_t r = rows; r < 64; ++r) out.scale[static_cast<size_t>(j * 64 + r)] = out.min[static_cast<size_t>(j * 64 + r)] = 0.0f;
+    for (int64_t r = rows; r < 64; ++r) {
+      out.scale[static_cast<size_t>(j * 64 + r)] = 0.0f;
+      if (out.has_min) out.min[static_cast<size_t>(j * 64 + r)] = 0.0f;
+    }
 }
 
 }  // namespace qf::rt

@@ -54,7 +54,7 @@ QF_AMX inline void scale_into(const AmxWeightTile& tile, const float* sums, int6
   __m512 s[kCount];
   for (int i = 0; i < kCount; ++i) {
     scale[i] = tile.scale.data() + (j + i) * 64;
-    min[i] = tile.min.data() + (j + i) * 64;
+    min[i] = tile.has_min ? tile.min.data() + (j + i) * 64 : nullptr;
     s[i] = tile.has_min ? _mm512_loadu_ps(sums + (j + i) * 16) : _mm512_setzero_ps();
   }
   if (tile.has_min) {

@@ -68,7 +68,8 @@ void amx_prepare_activations(const float* x, int64_t x_stride, AmxActivations& o
 // One tile of at most 64 weight rows, decoded for the tiles: the codes as
 // bf16 in blocks of 16 rows x one sub-block ([rows / 16][k / sub][16][sub],
 // each block contiguous, as one tile load reads it; rows padded to a
-// multiple of 16 with zero codes), and scale/min as [k / sub][64].
+// multiple of 16 with zero codes), and scale/min as [k / sub][64] (min
+// empty for the types without one).
 struct AmxWeightTile {
   std::vector<uint16_t> codes;
   std::vector<float> scale, min;

@@ -81,7 +81,7 @@ TEST_P(AmxGemm, TileDecodeGivesTheDequantizedWeights) {
       for (int64_t i = 0; i < k; ++i) {
         const float c = code_value(tile, r, i, k, sub);
         const float s = tile.scale[static_cast<size_t>((i / sub) * 64 + r)];
-        const float m = tile.min[static_cast<size_t>((i / sub) * 64 + r)];
+        const float m = tile.has_min ? tile.min[static_cast<size_t>((i / sub) * 64 + r)] : 0.0f;
         const float v = tile.has_min ? hd::mul_sub_unfused(s, c, m) : c * s;
         if (c != std::nearbyint(c) || std::fabs(c) > 128.0f || v != deq[static_cast<size_t>(i)]) {
           if (++mismatches <= 5)
@@ -132,7 +132,8 @@ TEST_P(AmxGemm, MatchesTheDoublePrecisionProductWithinTheBound) {
           for (int64_t r = 0; r < rows; ++r) {
             double exact = 0, bound = 0;
             for (int64_t j = 0; j < subs; ++j) {
-              const double s = tile.scale[static_cast<size_t>(j * 64 + r)], m = tile.min[static_cast<size_t>(j * 64 + r)];
+              const double s = tile.scale[static_cast<size_t>(j * 64 + r)];
+              const double m = tile.has_min ? tile.min[static_cast<size_t>(j * 64 + r)] : 0.0;
               double dot = 0, abs_dot = 0, sum = 0, abs_sum = 0;
               for (int64_t i = j * sub; i < (j + 1) * sub; ++i) {
                 const double a = x[static_cast<size_t>(t * k + i)], c = code_value(tile, r, i, k, sub);
