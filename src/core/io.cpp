@@ -22,7 +22,7 @@ static std::string errno_text() { return std::strerror(errno); }
 
 namespace {
 
-// The whole file read into a HugePageBuffer, made read-only.
+// The whole file read into a HugePageBuffer (writable: the caller seals it).
 std::unique_ptr<HugePageBuffer> read_into_memory(int fd, const fs::path& path, size_t size) {
   auto buf = std::make_unique<HugePageBuffer>(size, path.string());
   size_t done = 0;
@@ -36,13 +36,12 @@ std::unique_ptr<HugePageBuffer> read_into_memory(int fd, const fs::path& path, s
                                         " (it changed while being read)");
     done += static_cast<size_t>(got);
   }
-  buf->make_read_only();
   return buf;
 }
 
 }  // namespace
 
-std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency residency) {
+std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency residency, MemorySeal seal) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) throw not_found(path.string(), "no such file");
@@ -69,6 +68,8 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency
       throw;
     }
     m->data_ = m->buffer_->data();
+    m->writable_ = true;
+    if (seal == MemorySeal::Sealed) m->seal();
   } else if (m->size_ > 0) {
     void* p = mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -81,6 +82,12 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency
   }
   ::close(fd);
   return m;
+}
+
+void MappedFile::seal() {
+  if (!writable_) return;
+  buffer_->make_read_only();
+  writable_ = false;
 }
 
 MappedFile::~MappedFile() {

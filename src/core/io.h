@@ -23,12 +23,18 @@ namespace qf {
 //             and no page-cache pages shared with other readers.
 enum class FileResidency { Mapped, InMemory };
 
+// Whether an InMemory copy is made read-only as soon as it is read (Sealed),
+// or stays writable until seal() (Unsealed: a loader that rewrites some
+// tensors in place, as the runtime regroups Q8_0 weights, seals after).
+enum class MemorySeal { Sealed, Unsealed };
+
 // A read-only view of a whole file's bytes. Shared so that tensor views can
 // keep it alive. An empty file gives size() == 0 and data() == nullptr.
 class MappedFile {
  public:
   static std::shared_ptr<MappedFile> open(const std::filesystem::path& path,
-                                          FileResidency residency = FileResidency::Mapped);
+                                          FileResidency residency = FileResidency::Mapped,
+                                          MemorySeal seal = MemorySeal::Sealed);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -37,6 +43,11 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
   FileResidency residency() const { return residency_; }
+  // The bytes, writable: only for an InMemory copy opened Unsealed and not yet
+  // sealed; nullptr otherwise (a file map is never written).
+  uint8_t* writable_data() const { return writable_ ? buffer_->data() : nullptr; }
+  // Read-only from here on (what Sealed does at open); a no-op otherwise.
+  void seal();
 
  private:
   MappedFile() = default;
@@ -46,6 +57,7 @@ class MappedFile {
   size_t region_size_ = 0;
   std::unique_ptr<HugePageBuffer> buffer_;  // the copy (InMemory)
   FileResidency residency_ = FileResidency::Mapped;
+  bool writable_ = false;
   std::filesystem::path path_;
 };
 

@@ -123,9 +123,15 @@ std::unique_ptr<Linear> make_dense_linear(const Tensor& weight, const Tensor* bi
 // format once per token, as llama.cpp does, then runs the block dot products;
 // from 16 on it runs the f32-activation GEMM (docs/runtime.md). F32/F16/BF16
 // GGUF tensors go through make_dense_linear instead.
+//
+// `regroup` (data itself, writable, or nullptr): Q8_0 rows are rewritten in
+// place into groups of 16 interleaved rows (cpu/q8_0_groups.h) where the CPU
+// has the kernel that reads them (q8_0_groups_fast()); every method reads the
+// groups from then on, and device_form() is None (the device runtime widens
+// such a weight to f32, so a model loaded for the device is not regrouped).
 std::unique_ptr<Linear> make_block_linear(uint32_t ggml_type, const void* data, int64_t rows, int64_t cols,
                                           std::shared_ptr<const void> owner, const Tensor* bias,
-                                          const std::string& name);
+                                          const std::string& name, uint8_t* regroup = nullptr);
 
 // Integer groups (the canonical QuantizedTensor of quantizers/quant_scheme.h)
 // kept packed at `bits` per weight; rows are decoded a tile at a time inside

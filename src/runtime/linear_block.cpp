@@ -6,11 +6,17 @@
 // are decoded to f32 and go through the f32 GEMM of forward_row_tiles; at
 // AVX-512 Q8_0 rows are decoded in the GEMM's registers instead
 // (gemm_tile_q8_0, the same floats).
+//
+// Q8_0 weights regrouped in place (cpu/q8_0_groups.h) decode 16 rows per dot
+// product; the GEMM paths and decode_row read rows, which are unpacked from
+// their group first (a copy, byte for byte the stored row).
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "quantizers/kquants.h"
 #include "runtime/cpu/amx_gemm.h"
+#include "runtime/cpu/q8_0_groups.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 
@@ -26,10 +32,17 @@ constexpr int64_t kDequantizeTokens = 16;
 class BlockLinear final : public Linear {
  public:
   BlockLinear(uint32_t type, const void* data, int64_t rows, int64_t cols, std::shared_ptr<const void> owner,
-              std::vector<float> bias)
+              std::vector<float> bias, uint8_t* regroup)
       : Linear(cols, rows), type_(type), act_type_(kquants::vec_dot_type(type)),
         data_(static_cast<const uint8_t*>(data)), owner_(std::move(owner)), bias_(std::move(bias)),
-        row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {}
+        row_bytes_(kquants::row_size(type, cols)), act_bytes_(kquants::row_size(act_type_, cols)) {
+    if (regroup && type == ggml_type::Q8_0 && q8_0_groups_fast()) {
+      grouped_rows_ = rows / kQ8_0GroupRows * kQ8_0GroupRows;
+      std::vector<uint8_t> scratch;
+      for (int64_t r = 0; r < grouped_rows_; r += kQ8_0GroupRows)
+        q8_0_group_pack(regroup + static_cast<size_t>(r) * row_bytes_, cols / 32, scratch);
+    }
+  }
 
   void forward(const float* x, int64_t n, float* y, ThreadPool& pool) const override {
     if (n >= kDequantizeTokens && qf::simd_level() >= SimdLevel::Amx && amx_gemm_supports(type_)) {
@@ -45,7 +58,8 @@ class BlockLinear final : public Linear {
       const AmxActivations& shared = act;
       forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
         thread_local AmxWeightTile tile;
-        amx_decode_tile(type_, data_ + static_cast<size_t>(r0) * row_bytes_, row_bytes_, rows, in_, tile);
+        thread_local std::vector<uint8_t> unpacked;
+        amx_decode_tile(type_, rows_at(r0, rows, unpacked), row_bytes_, rows, in_, tile);
         amx_gemm_tile(shared, tile, y + r0, out_);
       });
       return;
@@ -58,7 +72,8 @@ class BlockLinear final : public Linear {
       // take 4 tokens at a time, not 6 (measured: 46-57 tok/s prefill in
       // registers against 58-62 from tiles).
       forward_row_gemm(n, y, out_, bias_, pool, [&](int64_t r0, int64_t rows) {
-        gemm_tile_q8_0(x, n, in_, data_ + static_cast<size_t>(r0) * row_bytes_, rows, in_, y + r0, out_);
+        thread_local std::vector<uint8_t> unpacked;
+        gemm_tile_q8_0(x, n, in_, rows_at(r0, rows, unpacked), rows, in_, y + r0, out_);
       });
       return;
     }
@@ -68,8 +83,9 @@ class BlockLinear final : public Linear {
       // speed the per-row block dot products cannot reach; the activations
       // stay f32 (not rounded to 8 bits, unlike the path below).
       forward_row_tiles(x, n, y, in_, out_, bias_, pool, [&](int64_t r0, int64_t rows, float* buf) -> const float* {
-        for (int64_t r = 0; r < rows; ++r)
-          kquants::dequantize_row(type_, data_ + static_cast<size_t>(r0 + r) * row_bytes_, buf + r * in_, in_);
+        thread_local std::vector<uint8_t> unpacked;
+        const uint8_t* w = rows_at(r0, rows, unpacked);
+        for (int64_t r = 0; r < rows; ++r) kquants::dequantize_row(type_, w + static_cast<size_t>(r) * row_bytes_, buf + r * in_, in_);
         return buf;
       });
       return;
@@ -81,6 +97,7 @@ class BlockLinear final : public Linear {
       for (int64_t t = c.begin; t < c.end; ++t)
         kquants::quantize_activation(act_type_, x + t * in_, a + static_cast<size_t>(t) * act_bytes_, in_);
     });
+    if (grouped_rows_ > 0) return forward_groups(a, n, y, pool);
     const kquants::DotKernel dot = kquants::dot_kernel(type_, in_);
     constexpr int64_t kTile = 16;
     const int64_t tiles = (out_ + kTile - 1) / kTile;
@@ -104,31 +121,86 @@ class BlockLinear final : public Linear {
   }
 
   void decode_row(int64_t r, float* out) const override {
-    kquants::dequantize_row(type_, data_ + static_cast<size_t>(r) * row_bytes_, out, in_);
+    thread_local std::vector<uint8_t> unpacked;
+    kquants::dequantize_row(type_, rows_at(r, 1, unpacked), out, in_);
   }
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(row_bytes_) * static_cast<uint64_t>(out_); }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return ggml_type_info(type_)->name; }
   DeviceWeightForm device_form() const override {
     DeviceWeightForm f;
+    if (grouped_rows_ > 0) return f;  // not the stored layout
     f.kind = DeviceWeightForm::Kind::GgufBlocks;
     f.ggml_type = type_, f.blocks = data_, f.row_bytes = row_bytes_;
     return f;
   }
 
  private:
+  // Rows [r0, r0 + rows) in the row layout: in place, or (some of them in
+  // groups) unpacked into `buf`.
+  const uint8_t* rows_at(int64_t r0, int64_t rows, std::vector<uint8_t>& buf) const {
+    if (r0 >= grouped_rows_) return data_ + static_cast<size_t>(r0) * row_bytes_;
+    buf.resize(static_cast<size_t>(rows) * row_bytes_);
+    for (int64_t r = r0; r < r0 + rows; ++r) {
+      uint8_t* dst = buf.data() + static_cast<size_t>(r - r0) * row_bytes_;
+      if (r < grouped_rows_)
+        q8_0_group_unpack_row(data_ + static_cast<size_t>(r - r % kQ8_0GroupRows) * row_bytes_, in_ / 32,
+                              static_cast<int>(r % kQ8_0GroupRows), dst);
+      else
+        std::memcpy(dst, data_ + static_cast<size_t>(r) * row_bytes_, row_bytes_);
+    }
+    return buf.data();
+  }
+
+  // Decode of regrouped Q8_0 (n < kDequantizeTokens): each pool claim is two
+  // groups of 16 rows (q8_0_groups_dot's two streams), dotted with every token
+  // while they are in cache; the rows past the last group are one more claim,
+  // dotted as rows.
+  void forward_groups(const uint8_t* a, int64_t n, float* y, ThreadPool& pool) const {
+    constexpr int64_t kPer = 2;
+    const int64_t blocks = in_ / 32, groups = grouped_rows_ / kQ8_0GroupRows, pairs = (groups + kPer - 1) / kPer;
+    thread_local std::vector<Q8_0GroupActivation> acts;
+    std::vector<Q8_0GroupActivation>& mine = acts;
+    mine.resize(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t)
+      q8_0_group_activation(a + static_cast<size_t>(t) * act_bytes_, blocks, mine[static_cast<size_t>(t)]);
+    const std::vector<Q8_0GroupActivation>& shared = mine;
+    const kquants::DotKernel dot = kquants::dot_kernel(type_, in_);
+    const size_t group_bytes = kQ8_0GroupRows * row_bytes_;
+    const int64_t claims = pairs + (grouped_rows_ < out_ ? 1 : 0);
+    pool.parallel_for(claims, std::max<int64_t>(1, claims / (4 * pool.size())), [&](const Chunk& c) {
+      for (int64_t i = c.begin; i < c.end; ++i) {
+        const int64_t g0 = i * kPer, count = std::min(kPer, groups - g0);
+        const int64_t r0 = i < pairs ? g0 * kQ8_0GroupRows : grouped_rows_;
+        const int64_t r1 = i < pairs ? r0 + count * kQ8_0GroupRows : out_;
+        for (int64_t t = 0; t < n; ++t) {
+          float* yt = y + t * out_;
+          if (i < pairs) {
+            q8_0_groups_dot(data_ + static_cast<size_t>(g0) * group_bytes, count, blocks, shared[static_cast<size_t>(t)], yt + r0);
+          } else {
+            for (int64_t r = r0; r < r1; ++r)
+              yt[r] = dot(in_, data_ + static_cast<size_t>(r) * row_bytes_, a + static_cast<size_t>(t) * act_bytes_);
+          }
+          if (!bias_.empty())
+            for (int64_t r = r0; r < r1; ++r) yt[r] += bias_[static_cast<size_t>(r)];
+        }
+      }
+    });
+  }
+
   uint32_t type_, act_type_;
   const uint8_t* data_;
   std::shared_ptr<const void> owner_;
   std::vector<float> bias_;
   size_t row_bytes_, act_bytes_;
+  int64_t grouped_rows_ = 0;  // rows [0, grouped_rows_) are in groups of 16
 };
 
 }  // namespace
 
 std::unique_ptr<Linear> make_block_linear(uint32_t type, const void* data, int64_t rows, int64_t cols,
                                           std::shared_ptr<const void> owner, const Tensor* bias,
-                                          const std::string& name) {
+                                          const std::string& name, uint8_t* regroup) {
   const GgmlTypeInfo* info = ggml_type_info(type);
   if (!info || !kquants::is_supported(type) || type == ggml_type::Q8_K || type == ggml_type::Q8_1)
     throw unsupported(name, "the runtime cannot multiply ggml type " + std::string(info ? info->name : "#" + std::to_string(type)));
@@ -140,7 +212,7 @@ std::unique_ptr<Linear> make_block_linear(uint32_t type, const void* data, int64
     if (bias->numel() != rows) throw invalid_input(name, "bias has " + std::to_string(bias->numel()) + " values for " + std::to_string(rows) + " rows");
     b = bias->to_f32_vector();
   }
-  return std::make_unique<BlockLinear>(type, data, rows, cols, std::move(owner), std::move(b));
+  return std::make_unique<BlockLinear>(type, data, rows, cols, std::move(owner), std::move(b), regroup);
 }
 
 }  // namespace qf::rt

@@ -43,7 +43,12 @@ struct GgufReader {
       throw invalid_input(where, "tensor '" + name + "' should hold " + std::to_string(n) + " float values");
     return float_tensor(t).to_f32_vector();
   }
-  std::shared_ptr<Linear> linear(const std::string& base, int64_t rows, int64_t cols, bool bias) const {
+  // Whether block Linears regroup their weights in place (LoadFor::Cpu and
+  // the file read into memory, still writable).
+  bool regroup = false;
+
+  std::shared_ptr<Linear> linear(const std::string& base, int64_t rows, int64_t cols, bool bias,
+                                 bool multiplied = true) const {
     const std::string name = base + ".weight";
     const GgufTensorInfo& t = info(name);
     if (t.dims.size() != 2 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows))
@@ -56,14 +61,17 @@ struct GgufReader {
       b = float_tensor(bi);
     }
     if (is_float(t.type)) return make_dense_linear(float_tensor(t), b ? &*b : nullptr, name);
-    return make_block_linear(t.type, f->tensor_data(t), rows, cols, owner(), b ? &*b : nullptr, name);
+    return make_block_linear(t.type, f->tensor_data(t), rows, cols, owner(), b ? &*b : nullptr, name,
+                             regroup && multiplied ? f->writable_tensor_data(t) : nullptr);
   }
   // A [rows, cols] Linear over `data` (rows of the tensor's type), viewed in place.
   std::shared_ptr<Linear> view(const GgufTensorInfo& t, const uint8_t* data, int64_t rows, int64_t cols,
                                const std::string& name) const {
     if (is_float(t.type))
       return make_dense_linear(Tensor::view_of(owner(), data, float_dtype(t.type), {rows, cols}), nullptr, name);
-    return make_block_linear(t.type, data, rows, cols, owner(), nullptr, name);
+    uint8_t* writable = regroup ? f->writable_tensor_data(t) : nullptr;
+    return make_block_linear(t.type, data, rows, cols, owner(), nullptr, name,
+                             writable ? writable + (data - f->tensor_data(t)) : nullptr);
   }
   // Expert e of a stacked expert tensor (ne = [cols, rows, experts]).
   std::shared_ptr<Linear> expert(const std::string& base, int64_t e, int64_t experts, int64_t rows, int64_t cols) const {
@@ -191,17 +199,20 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, LoadFor target) {
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(file, ec);  // an error here is reported by open
   const FileResidency residency = runtime_weight_residency(ec ? 0 : static_cast<uint64_t>(bytes));
-  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file, residency)), file.string()};
+  const MemorySeal seal = target == LoadFor::Cpu ? MemorySeal::Unsealed : MemorySeal::Sealed;
+  GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file, residency, seal)), file.string()};
+  r.regroup = r.f->mapping()->writable_data() != nullptr;
   const GgufFile& f = *r.f;
   ModelConfig c = gguf_model_config(f);
   const std::string arch = f.get_string("general.architecture");
 
   ModelWeights w;
-  w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false);
+  // The embedding table is only read a row at a time, unless the head shares it.
+  w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false, c.tie_word_embeddings);
   const bool qkv_bias = arch == "qwen2" || arch == "qwen2moe";
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -246,6 +257,7 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file) {
         throw invalid_input(r.where, "tensor 'rope_freqs.weight' value " + std::to_string(i) + " is " +
                                          std::to_string(w.rope_freq_factors[i]) + ", must be positive and finite");
   }
+  r.f->mapping()->seal();
   auto model = std::make_unique<Model>(std::move(c), std::move(w), file);
   model->set_weights_residency(residency);
   return model;

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 
 #include "formats/gguf/gguf_writer.h"
 #include "quantizers/kquants.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/q8_0_groups.h"
 #include "runtime/model.h"
 #include "test_util.h"
 
@@ -142,6 +144,91 @@ TEST(LoadGguf, HyperParametersAreValidated) {
     EXPECT_QF_ERROR(load_gguf_model(t.path() / "bad.gguf"), c.kind, "bad.gguf: ");
     EXPECT_QF_ERROR(load_gguf_model(t.path() / "bad.gguf"), c.kind, c.fragment);
   }
+}
+
+// A llama GGUF whose Linears are all Q8_0 (hidden 64, 2 heads, ff 128, vocab
+// 48), with an output tensor or tied to the embedding table.
+void write_q8_0_model(const std::filesystem::path& p, bool tied) {
+  GgufWriter w(p);
+  w.add_string("general.architecture", "llama");
+  for (const auto& [k, v] : std::map<std::string, uint32_t>{{"embedding_length", 64}, {"block_count", 2},
+                                                            {"attention.head_count", 2}, {"feed_forward_length", 128},
+                                                            {"context_length", 64}})
+    w.add_u32("llama." + k, v);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 0.2f);
+  auto add = [&](const std::string& name, uint64_t cols, uint64_t rows) {
+    std::vector<float> x(cols * rows);
+    for (auto& v : x) v = rows == 1 ? 1.0f + 0.1f * g(rng) : g(rng);
+    if (rows == 1) return w.add_tensor(name, ggml_type::F32, {cols}, x.data(), x.size() * 4);
+    std::vector<uint8_t> q(kquants::row_size(ggml_type::Q8_0, static_cast<int64_t>(cols)) * rows);
+    kquants::quantize_rows(ggml_type::Q8_0, x.data(), q.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), nullptr);
+    w.add_tensor(name, ggml_type::Q8_0, {cols, rows}, q.data(), q.size());
+  };
+  add("token_embd.weight", 64, 48);
+  add("output_norm.weight", 64, 1);
+  if (!tied) add("output.weight", 64, 48);
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", 64, 1);
+    add(b + "ffn_norm.weight", 64, 1);
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output"}) add(b + n + ".weight", 64, 64);
+    add(b + "ffn_gate.weight", 64, 128);
+    add(b + "ffn_up.weight", 64, 128);
+    add(b + "ffn_down.weight", 128, 64);
+  }
+  w.finish();
+}
+
+// Logits of a 20-token prompt (the GEMM path) then 3 decode steps.
+std::vector<float> run_tokens(const Model& m) {
+  ThreadPool pool(2);
+  KvCache cache = m.make_cache(KvDType::F16, 32);
+  const int32_t s = cache.add_sequence();
+  std::vector<float> all, logits;
+  Batch b;
+  for (int i = 0; i < 20; ++i) b.add((i * 7) % 48, s, i, true);
+  m.forward(b, cache, logits, pool);
+  all = logits;
+  for (int i = 20; i < 23; ++i) {
+    b.clear();
+    b.add((i * 5) % 48, s, i, true);
+    m.forward(b, cache, logits, pool);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// Loaded for the CPU and read into memory, Q8_0 weights are regrouped where
+// the CPU has the groups' kernel (device_form None); for the device, or
+// mapped, they stay as stored. The logits are the same floats either way.
+TEST(LoadGguf, Q8_0RegroupingForTheCpuChangesNoResult) {
+  const char* saved = std::getenv("QF_WEIGHTS");
+  const std::string keep = saved ? saved : "";
+  TempDir t;
+  for (bool tied : {false, true}) {
+    const auto file = t.path() / (tied ? "tied.gguf" : "q8.gguf");
+    write_q8_0_model(file, tied);
+    setenv("QF_WEIGHTS", "memory", 1);
+    auto cpu = load_gguf_model(file, LoadFor::Cpu);
+    auto dev = load_gguf_model(file, LoadFor::Device);
+    setenv("QF_WEIGHTS", "map", 1);
+    auto mapped = load_gguf_model(file, LoadFor::Cpu);
+    const auto regrouped = q8_0_groups_fast() ? DeviceWeightForm::Kind::None : DeviceWeightForm::Kind::GgufBlocks;
+    EXPECT_EQ(cpu->weights().layers[1].q->device_form().kind, regrouped);
+    EXPECT_EQ(cpu->weights().lm_head->device_form().kind, regrouped);
+    // The embedding table is only read by rows unless the head shares it.
+    EXPECT_EQ(cpu->weights().embed->device_form().kind, tied ? regrouped : DeviceWeightForm::Kind::GgufBlocks);
+    EXPECT_EQ(dev->weights().layers[1].q->device_form().kind, DeviceWeightForm::Kind::GgufBlocks);
+    EXPECT_EQ(mapped->weights().layers[1].q->device_form().kind, DeviceWeightForm::Kind::GgufBlocks);
+    const std::vector<float> a = run_tokens(*cpu), b = run_tokens(*dev), c = run_tokens(*mapped);
+    ASSERT_EQ(a.size(), size_t{23 * 48});
+    EXPECT_EQ(a, b) << (tied ? "tied" : "untied");
+    EXPECT_EQ(a, c) << (tied ? "tied" : "untied");
+  }
+  if (saved) setenv("QF_WEIGHTS", keep.c_str(), 1);
+  else unsetenv("QF_WEIGHTS");
 }
 
 }  // namespace

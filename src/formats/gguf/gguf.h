@@ -95,7 +95,8 @@ class GgufFile {
  public:
   // Maps (or reads into memory, see FileResidency) and validates; throws
   // qf::Error naming the file and the problem.
-  static GgufFile open(const std::filesystem::path& path, FileResidency residency = FileResidency::Mapped);
+  static GgufFile open(const std::filesystem::path& path, FileResidency residency = FileResidency::Mapped,
+                       MemorySeal seal = MemorySeal::Sealed);
 
   const std::filesystem::path& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -128,6 +129,12 @@ class GgufFile {
   const uint8_t* tensor_data(const std::string& name) const;
   const uint8_t* tensor_data(const GgufTensorInfo& t) const { return map_->data() + data_offset_ + t.offset; }
   const std::shared_ptr<MappedFile>& mapping() const { return map_; }
+  // A tensor's bytes, writable while the mapping is (MappedFile::writable_data);
+  // nullptr otherwise.
+  uint8_t* writable_tensor_data(const GgufTensorInfo& t) const {
+    uint8_t* base = map_->writable_data();
+    return base ? base + data_offset_ + t.offset : nullptr;
+  }
 
  private:
   std::filesystem::path path_;

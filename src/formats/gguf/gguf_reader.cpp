@@ -309,10 +309,10 @@ struct GgufParser {
   }
 };
 
-GgufFile GgufFile::open(const fs::path& path, FileResidency residency) {
+GgufFile GgufFile::open(const fs::path& path, FileResidency residency, MemorySeal seal) {
   GgufFile f;
   f.path_ = path;
-  f.map_ = MappedFile::open(path, residency);
+  f.map_ = MappedFile::open(path, residency, seal);
   const std::string where = path.string();
   GgufParser p{f, Cursor{f.map_->data(), f.map_->size(), 0, where}};
   uint64_t tensor_count = 0, kv_count = 0;
