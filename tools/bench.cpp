@@ -25,7 +25,7 @@ void run_bench(const BenchOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
-  std::unique_ptr<rt::Model> model = rt::load_model(o.model, kind == device::Kind::Cpu ? rt::LoadFor::Cpu : rt::LoadFor::Device);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model, kind);
   eval::BenchOptions b;
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
   b.device = kind;

@@ -203,7 +203,7 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    std::unique_ptr<rt::Model> mdl = rt::load_model(m, kind == device::Kind::Cpu ? rt::LoadFor::Cpu : rt::LoadFor::Device);
+    std::unique_ptr<rt::Model> mdl = rt::load_model(m, kind);
     eval::BenchOptions b;
     b.prompt = prompt, b.gen = gen, b.batch = batch, b.reps = reps, b.kv_dtype = rt::parse_kv_dtype(kv_dtype);
     b.device = kind;

@@ -63,12 +63,11 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   p.kv_dtype = rt::parse_kv_dtype(req.kv);
   p.device = device::resolve(req.device, "eval --device " + req.device);
   const std::string text = read_text_input(req.text);
-  const rt::LoadFor target = p.device == device::Kind::Cpu ? rt::LoadFor::Cpu : rt::LoadFor::Device;
-  std::unique_ptr<rt::Model> model = rt::load_model(req.model, target);
+  std::unique_ptr<rt::Model> model = rt::load_model(req.model, p.device);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   std::unique_ptr<rt::Model> base;
   if (!req.baseline.empty()) {
-    base = rt::load_model(req.baseline, target);
+    base = rt::load_model(req.baseline, p.device);
     std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
     if (btok->vocab().tokens != tok->vocab().tokens)
       throw invalid_input(req.baseline, "its tokenizer differs from the evaluated model's; a baseline must share the vocabulary");

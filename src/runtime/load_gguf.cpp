@@ -43,10 +43,6 @@ struct GgufReader {
       throw invalid_input(where, "tensor '" + name + "' should hold " + std::to_string(n) + " float values");
     return float_tensor(t).to_f32_vector();
   }
-  // Whether block Linears regroup their weights in place (LoadFor::Cpu and
-  // the file read into memory, still writable).
-  bool regroup = false;
-
   std::shared_ptr<Linear> linear(const std::string& base, int64_t rows, int64_t cols, bool bias,
                                  bool multiplied = true) const {
     const std::string name = base + ".weight";
@@ -62,14 +58,14 @@ struct GgufReader {
     }
     if (is_float(t.type)) return make_dense_linear(float_tensor(t), b ? &*b : nullptr, name);
     return make_block_linear(t.type, f->tensor_data(t), rows, cols, owner(), b ? &*b : nullptr, name,
-                             regroup && multiplied ? f->writable_tensor_data(t) : nullptr);
+                             multiplied ? f->writable_tensor_data(t) : nullptr);
   }
   // A [rows, cols] Linear over `data` (rows of the tensor's type), viewed in place.
   std::shared_ptr<Linear> view(const GgufTensorInfo& t, const uint8_t* data, int64_t rows, int64_t cols,
                                const std::string& name) const {
     if (is_float(t.type))
       return make_dense_linear(Tensor::view_of(owner(), data, float_dtype(t.type), {rows, cols}), nullptr, name);
-    uint8_t* writable = regroup ? f->writable_tensor_data(t) : nullptr;
+    uint8_t* writable = f->writable_tensor_data(t);
     return make_block_linear(t.type, data, rows, cols, owner(), nullptr, name,
                              writable ? writable + (data - f->tensor_data(t)) : nullptr);
   }
@@ -199,13 +195,14 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, LoadFor target) {
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on) {
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(file, ec);  // an error here is reported by open
   const FileResidency residency = runtime_weight_residency(ec ? 0 : static_cast<uint64_t>(bytes));
-  const MemorySeal seal = target == LoadFor::Cpu ? MemorySeal::Unsealed : MemorySeal::Sealed;
+  // Writable (when read into memory) until the block Linears have regrouped
+  // what they regroup, for the CPU only.
+  const MemorySeal seal = runs_on == device::Kind::Cpu ? MemorySeal::Unsealed : MemorySeal::Sealed;
   GgufReader r{std::make_shared<GgufFile>(GgufFile::open(file, residency, seal)), file.string()};
-  r.regroup = r.f->mapping()->writable_data() != nullptr;
   const GgufFile& f = *r.f;
   ModelConfig c = gguf_model_config(f);
   const std::string arch = f.get_string("general.architecture");

@@ -211,10 +211,10 @@ TEST(LoadGguf, Q8_0RegroupingForTheCpuChangesNoResult) {
     const auto file = t.path() / (tied ? "tied.gguf" : "q8.gguf");
     write_q8_0_model(file, tied);
     setenv("QF_WEIGHTS", "memory", 1);
-    auto cpu = load_gguf_model(file, LoadFor::Cpu);
-    auto dev = load_gguf_model(file, LoadFor::Device);
+    auto cpu = load_gguf_model(file, device::Kind::Cpu);
+    auto dev = load_gguf_model(file, device::Kind::Host);
     setenv("QF_WEIGHTS", "map", 1);
-    auto mapped = load_gguf_model(file, LoadFor::Cpu);
+    auto mapped = load_gguf_model(file, device::Kind::Cpu);
     const auto regrouped = q8_0_groups_fast() ? DeviceWeightForm::Kind::None : DeviceWeightForm::Kind::GgufBlocks;
     EXPECT_EQ(cpu->weights().layers[1].q->device_form().kind, regrouped);
     EXPECT_EQ(cpu->weights().lm_head->device_form().kind, regrouped);

@@ -139,10 +139,10 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
   }
 }
 
-std::unique_ptr<Model> load_model(const std::string& model, LoadFor target) {
+std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on) {
   const std::filesystem::path p(model);
   if (is_file(p)) {
-    if (p.extension() == ".gguf") return load_gguf_model(p, target);
+    if (p.extension() == ".gguf") return load_gguf_model(p, runs_on);
     throw unsupported(model, "the runtime reads .gguf files and Hugging Face folders; this is neither");
   }
   ResolvedModel m = resolve_model(model);

@@ -18,6 +18,7 @@
 
 #include "core/io.h"
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "formats/hf/model_config.h"
 #include "runtime/kv_cache.h"
 #include "runtime/linear.h"
@@ -262,16 +263,13 @@ std::vector<float> rope_inv_freq(const ModelConfig& config);
 // f32/f16/bf16 safetensors, views straight into the mapped files.
 std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir);
 
-// The runtime a model is loaded for. Cpu: a GGUF file's Q8_0 weights, when
-// read into memory (QF_WEIGHTS, docs/runtime.md), are regrouped in place for
-// the CPU's decode kernel where it has one (make_block_linear's `regroup`).
-// Device: every weight stays as stored, which is what the device runtime
-// uploads.
-enum class LoadFor { Cpu, Device };
-
 // A GGUF file (llama, qwen2, qwen3 architectures; every type kquants reads),
-// weights used in place from the mapping.
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, LoadFor target = LoadFor::Cpu);
+// weights used in place from the mapping. `runs_on`: where the model will run.
+// For the CPU, Q8_0 weights read into memory (QF_WEIGHTS, docs/runtime.md) are
+// regrouped in place for the CPU's decode kernel where it has one
+// (make_block_linear's `regroup`); for a device every weight stays as stored,
+// which is what the device runtime uploads.
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on = device::Kind::Cpu);
 
 // The hyper-parameters of a GGUF model (general.architecture and its
 // "<arch>.*" keys, the vocabulary from token_embd.weight), validated by
@@ -280,6 +278,6 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, LoadFo
 ModelConfig gguf_model_config(const GgufFile& file);
 
 // Any model the runtime reads: a .gguf file, a Hugging Face folder (or cache id).
-std::unique_ptr<Model> load_model(const std::string& model, LoadFor target = LoadFor::Cpu);
+std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on = device::Kind::Cpu);
 
 }  // namespace qf::rt

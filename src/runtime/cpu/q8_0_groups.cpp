@@ -1,11 +1,10 @@
 // Q8_0 groups of 16 interleaved rows (q8_0_groups.h): packing, unpacking, and
 // the dot product as scalar reference and AVX-512 VNNI kernel.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")  // separate roundings, as dot_q8_0_ref
-#endif
-
+//
+// kquant_impl.h first: its pragma turns off FMA contraction in this file, as
+// in dot_q8_0_ref's, and its reduce8 is the one that function reduces with,
+// so the groups give that function's floats.
+#include "quantizers/kquant_impl.h"
 #include "runtime/cpu/q8_0_groups.h"
 
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* operands).
@@ -16,20 +15,21 @@
 
 #include <cstring>
 
-#include "core/dtype.h"
 #include "core/simd.h"
+#include "quantizers/kquant_blocks.h"
 
 namespace qf::rt {
 namespace {
 
 constexpr int kRows = kQ8_0GroupRows;
-constexpr size_t kBlockBytes = 34;             // f16 d, 32 int8 codes
+constexpr size_t kBlockBytes = sizeof(kquants::BlockQ8_0);
 constexpr size_t kCodeBytes = 32 * kRows;      // one block of the 16 rows' codes
 constexpr uint32_t kFlip = 0x80808080u;        // int8 code <-> code + 128, four at a time
 constexpr size_t kPrefetchNear = 1024;         // bytes ahead in a group, into L1: two blocks
 constexpr size_t kPrefetchFar = 4096;          // and into L2: eight blocks
 
-inline float reduce8(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+using kquants::detail::h2f;
+using kquants::detail::reduce8;
 
 inline const uint8_t* scales_of(const uint8_t* group, int64_t blocks) {
   return group + static_cast<size_t>(blocks) * kCodeBytes;
@@ -130,7 +130,7 @@ void q8_0_group_activation(const uint8_t* row, int64_t blocks, Q8_0GroupActivati
     const uint8_t* blk = row + static_cast<size_t>(b) * kBlockBytes;
     uint16_t h;
     std::memcpy(&h, blk, 2);
-    out.d[static_cast<size_t>(b)] = f16_to_f32(h);
+    out.d[static_cast<size_t>(b)] = h2f(h);
     int32_t s = 0;
     for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(blk[2 + i]);
     out.offset[static_cast<size_t>(b)] = 128 * s;
@@ -149,7 +149,7 @@ void q8_0_group_dot_ref(const uint8_t* group, int64_t blocks, const Q8_0GroupAct
         isum += (static_cast<int32_t>(c[64 * (i / 4) + i % 4]) - 128) * static_cast<int8_t>(q[i]);
       uint16_t h;
       std::memcpy(&h, scales + (static_cast<size_t>(b) * kRows + r) * 2, 2);
-      acc[b % 8] += (f16_to_f32(h) * a.d[static_cast<size_t>(b)]) * static_cast<float>(isum);
+      acc[b % 8] += (h2f(h) * a.d[static_cast<size_t>(b)]) * static_cast<float>(isum);
     }
     out[r] = reduce8(acc);
   }
