@@ -19,21 +19,24 @@ struct ConvertOpts {
   std::string input, to, tokenizer, out, type = "F16", imatrix, output_type, token_embd_type;
   int threads = 0;
   bool force = false, allow_nonfinite = false;
+  // Whether the type flags were given at all: an empty value is an error, not "no override".
+  bool output_type_given = false, token_embd_type_given = false;
 };
 
 void run_gguf(const ConvertOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.tokenizer.empty()) throw Error(ErrorKind::Usage, "--tokenizer applies to llama2.c checkpoints; a Hugging Face folder brings its own");
-  const ResolvedModel m = resolve_model(o.input);
-  check_output_file(o.out, {m.dir, o.imatrix}, o.force, false, "-o");
   GgufConvertOptions g;
   g.preset = o.type;
   g.imatrix = o.imatrix;
   g.allow_nonfinite = o.allow_nonfinite;
-  if (!o.output_type.empty()) g.overrides.output = gguf_mix::parse_tensor_type(o.output_type, "--output-tensor-type");
-  if (!o.token_embd_type.empty())
+  // Flags first: a bad value is a usage error whatever the model.
+  if (o.output_type_given) g.overrides.output = gguf_mix::parse_tensor_type(o.output_type, "--output-tensor-type");
+  if (o.token_embd_type_given)
     g.overrides.token_embd = gguf_mix::parse_tensor_type(o.token_embd_type, "--token-embedding-type");
+  const ResolvedModel m = resolve_model(o.input);
+  check_output_file(o.out, {m.dir, o.imatrix}, o.force, false, "-o");
   const bool quiet = Progress::quiet();
   g.note = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
@@ -52,7 +55,7 @@ void run_convert(const ConvertOpts& o) {
   if (o.to == "gguf") return run_gguf(o);
   if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
   if (o.allow_nonfinite) throw Error(ErrorKind::Usage, "--allow-nonfinite applies to --to gguf");
-  if (!o.output_type.empty() || !o.token_embd_type.empty())
+  if (o.output_type_given || o.token_embd_type_given)
     throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type apply to --to gguf");
   if (o.to != "hf")
     throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder) or 'gguf', got '" + o.to + "'");
@@ -73,16 +76,22 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
   cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
   cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
-  cmd->add_option("--output-tensor-type", o->output_type,
-                  "gguf: type of output.weight (f16, q8_0, q6_K, ...) instead of the preset's, as llama-quantize's option");
-  cmd->add_option("--token-embedding-type", o->token_embd_type,
-                  "gguf: type of token_embd.weight instead of the preset's, as llama-quantize's option");
+  CLI::Option* output_type = cmd->add_option(
+      "--output-tensor-type", o->output_type,
+      "gguf: type of output.weight (f16, q8_0, q6_K, ...) instead of the preset's, as llama-quantize's option");
+  CLI::Option* token_embd_type = cmd->add_option(
+      "--token-embedding-type", o->token_embd_type,
+      "gguf: type of token_embd.weight instead of the preset's, as llama-quantize's option");
   add_threads_option(cmd, o->threads);
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (tok512.bin, tokenizer.bin)");
   cmd->add_option("-o,--output", o->out, "output: a .gguf file (--force to replace one), or a folder for --to hf (must not exist, or be empty)")->required();
   cmd->add_flag("--force", o->force, "gguf: replace an existing output file (never an input of this run)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "gguf: convert even when a weight is NaN or infinite");
-  cmd->callback([o] { run_convert(*o); });
+  cmd->callback([o, output_type, token_embd_type] {
+    o->output_type_given = output_type->count() > 0;
+    o->token_embd_type_given = token_embd_type->count() > 0;
+    run_convert(*o);
+  });
 }
 
 }  // namespace qf::cli

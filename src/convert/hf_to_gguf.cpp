@@ -13,6 +13,7 @@
 #include "formats/gguf/gguf_writer.h"
 #include "formats/gguf/imatrix.h"
 #include "formats/hf/model_config.h"
+#include "formats/hf/model_tensors.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "quantizers/gguf_mix.h"
@@ -122,7 +123,9 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
   Checkpoint ck = Checkpoint::open(dir);
-  check_layer_tensors(ck.names(), "model.layers.", c.num_hidden_layers, (dir / "config.json").string(), "num_hidden_layers");
+  // The runtime loader's own checks of the tensors against the config, before
+  // anything is written: a file its runtime would refuse is never produced.
+  check_hf_checkpoint(c, ck, true, where, (dir / "config.json").string());
   Imatrix imatrix;
   const bool has_imatrix = !opts.imatrix.empty();
   if (has_imatrix) imatrix = read_imatrix(opts.imatrix);

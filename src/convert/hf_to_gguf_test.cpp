@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <set>
 
 #include "calibration/imatrix_collect.h"
+#include "calibration/quantize_model.h"
 #include "core/io.h"
 #include "eval/perplexity.h"
 #include "formats/gguf/gguf.h"
@@ -288,6 +291,129 @@ TEST_P(HfToGgufMoe, RoundTripsThroughTheRuntime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfToGgufMoe, ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"));
+
+// ---- checkpoints that contradict their config -------------------------------
+
+// A copy of tests/data/moe-tiny/<arch> with the fixture's tokenizer, its
+// config edited and its tensors dropped, replaced or added.
+struct Contradiction {
+  std::string what, arch;
+  std::function<void(nlohmann::json&)> config;
+  std::set<std::string> drop;
+  std::map<std::string, Shape> reshape;           // replaced by zeros of this shape
+  std::map<std::string, std::string> copy_as;     // new tensor name -> existing tensor copied under it
+  ErrorKind kind;
+  std::string fragment;
+};
+
+std::filesystem::path write_contradiction(const Contradiction& c, const std::filesystem::path& dir) {
+  const auto src = source_dir() / "tests" / "data" / "moe-tiny" / c.arch;
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"})
+    std::filesystem::copy_file(fixture() / f, dir / f);
+  nlohmann::json cfg = nlohmann::json::parse(read_text_file(src / "config.json"));
+  if (c.config) c.config(cfg);
+  write_file(dir / "config.json", cfg.dump());
+  const int64_t layers = cfg["num_hidden_layers"].get<int64_t>();
+  const Checkpoint ck = Checkpoint::open(src);
+  SafetensorsWriter w(dir);
+  for (const std::string& n : ck.names()) {
+    if (c.drop.count(n) || (n.rfind("model.layers.", 0) == 0 && std::stoll(n.substr(13)) >= layers)) continue;
+    if (auto r = c.reshape.find(n); r != c.reshape.end()) w.add(n, Tensor::zeros(ck.info(n).dtype, r->second));
+    else w.add(n, ck.tensor(n));
+  }
+  for (const auto& [name, from] : c.copy_as) w.add(name, ck.tensor(from));
+  w.set_metadata({{"format", "pt"}});
+  w.finish();
+  return dir;
+}
+
+// The message of the qf::Error `f` throws, checked for kind and fragment.
+template <class F>
+std::string error_of(F f, ErrorKind kind, const std::string& fragment) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected qf::Error containing '" << fragment << "'";
+  return "";
+}
+
+// Every case once converted "successfully" into a GGUF file the runtime then
+// refused (or, for the extra expert and the shared expert without a size,
+// loaded while ignoring tensors). Now convert and the runtime's loader run
+// the same check, with the same message, and convert writes nothing.
+TEST(HfToGgufChecks, CheckpointsContradictingTheirConfigAreRefusedByConvertAndLoaderAlike) {
+  // qwen2_moe's layer 1 is dense (mlp_only_layers [1]); GGUF takes sparse
+  // layers only, so its cases keep layer 0.
+  const auto one_sparse_layer = [](nlohmann::json& j) {
+    j["num_hidden_layers"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+  };
+  const std::string L0 = "model.layers.0.block_sparse_moe.", L1 = "model.layers.1.block_sparse_moe.";
+  const std::vector<Contradiction> cases = {
+      {"router missing", "mixtral", {}, {L1 + "gate.weight"}, {}, {}, ErrorKind::NotFound,
+       "tensor '" + L1 + "gate.weight' is missing (the router of sparse layer 1"},
+      {"router with fewer rows than experts", "mixtral", {}, {}, {{L0 + "gate.weight", {3, 64}}}, {},
+       ErrorKind::InvalidInput, "tensor '" + L0 + "gate.weight' has shape [3, 64], expected [4, 64]"},
+      {"router with more rows than experts", "mixtral", {}, {}, {{L0 + "gate.weight", {5, 64}}}, {},
+       ErrorKind::InvalidInput, "tensor '" + L0 + "gate.weight' has shape [5, 64], expected [4, 64]"},
+      {"router transposed", "mixtral", {}, {}, {{L0 + "gate.weight", {64, 4}}}, {}, ErrorKind::InvalidInput,
+       "has shape [64, 4], expected [4, 64]"},
+      {"router 1-D", "mixtral", {}, {}, {{L0 + "gate.weight", {256}}}, {}, ErrorKind::InvalidInput,
+       "has shape [256], expected [4, 64]"},
+      {"expert matrix transposed", "mixtral", {}, {}, {{L0 + "experts.2.w2.weight", {96, 64}}}, {},
+       ErrorKind::InvalidInput, "tensor '" + L0 + "experts.2.w2.weight' has shape [96, 64], expected [64, 96]"},
+      {"a layer without experts", "mixtral", {},
+       {L1 + "experts.0.w1.weight", L1 + "experts.0.w2.weight", L1 + "experts.0.w3.weight", L1 + "experts.1.w1.weight",
+        L1 + "experts.1.w2.weight", L1 + "experts.1.w3.weight", L1 + "experts.2.w1.weight", L1 + "experts.2.w2.weight",
+        L1 + "experts.2.w3.weight", L1 + "experts.3.w1.weight", L1 + "experts.3.w2.weight", L1 + "experts.3.w3.weight"},
+       {}, {}, ErrorKind::NotFound, "tensor '" + L1 + "experts.0.w1.weight' is missing (expert 0 of sparse layer 1"},
+      {"an expert beyond num_local_experts", "mixtral", {}, {}, {}, {{L0 + "experts.4.w1.weight", L0 + "experts.0.w1.weight"}},
+       ErrorKind::InvalidInput,
+       "tensor '" + L0 + "experts.4.w1.weight' belongs to expert 4, but 'num_local_experts' is 4 (experts 0 to 3)"},
+      {"a dense MLP beside the experts", "mixtral", {}, {}, {}, {{"model.layers.0.mlp.up_proj.weight", L0 + "experts.0.w3.weight"}},
+       ErrorKind::InvalidInput,
+       "tensor 'model.layers.0.mlp.up_proj.weight' belongs to a dense MLP, but layer 0 is a mixture-of-experts layer"},
+      {"mlp_only_layers [] over a dense layer", "qwen2_moe", [](nlohmann::json& j) { j["mlp_only_layers"] = nlohmann::json::array(); },
+       {}, {}, {}, ErrorKind::NotFound, "tensor 'model.layers.1.mlp.gate.weight' is missing (the router of sparse layer 1"},
+      {"shared expert tensors with shared_expert_intermediate_size 0", "qwen2_moe",
+       [&](nlohmann::json& j) {
+         one_sparse_layer(j);
+         j["shared_expert_intermediate_size"] = 0;
+       }, {}, {}, {},
+       ErrorKind::InvalidInput,
+       "tensor 'model.layers.0.mlp.shared_expert.down_proj.weight' belongs to a shared expert, but "
+       "'shared_expert_intermediate_size' is 0 (no shared expert)"},
+      {"an expert beyond num_experts (qwen)", "qwen2_moe", one_sparse_layer, {}, {}, {{"model.layers.0.mlp.experts.6.down_proj.weight", "model.layers.0.mlp.experts.0.down_proj.weight"}},
+       ErrorKind::InvalidInput, "belongs to expert 6, but 'num_experts' is 6 (experts 0 to 5)"},
+      {"shared expert gate of the wrong shape", "qwen2_moe", one_sparse_layer, {}, {{"model.layers.0.mlp.shared_expert_gate.weight", {2, 64}}}, {},
+       ErrorKind::InvalidInput, "tensor 'model.layers.0.mlp.shared_expert_gate.weight' has shape [2, 64], expected [1, 64]"},
+  };
+  for (const Contradiction& c : cases) {
+    SCOPED_TRACE(c.what);
+    TempDir t;
+    const auto dir = write_contradiction(c, t.path() / "hf");
+    const auto out = t.path() / "out.gguf";
+    const std::string by_convert =
+        error_of([&] { convert_hf_to_gguf(dir, out, {}, ThreadPool::global()); }, c.kind, c.fragment);
+    EXPECT_FALSE(std::filesystem::exists(out));
+    const std::string by_loader = error_of([&] { rt::load_hf_model(dir); }, c.kind, c.fragment);
+    EXPECT_EQ(by_convert, by_loader);
+    // quantize (eval and imatrix too) reads the model through the same loader.
+    QuantizeJob job;
+    job.model = dir.string();
+    job.recipe = source_dir() / "tests" / "data" / "recipes" / "fp8-dynamic.yaml";
+    job.out = t.path() / "quantized";
+    const std::string by_quantize =
+        error_of([&] { quantize_model(job, ThreadPool::global(), [](const std::string&) {}); }, c.kind, c.fragment);
+    EXPECT_EQ(by_quantize, by_loader);
+    EXPECT_FALSE(std::filesystem::exists(job.out));
+  }
+}
 
 }  // namespace
 }  // namespace qf

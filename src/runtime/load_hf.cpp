@@ -6,12 +6,14 @@
 
 #include "core/error.h"
 #include "formats/hf/model_config.h"
+#include "formats/hf/model_tensors.h"
 #include "formats/hf/resolve.h"
 #include "core/io.h"
 #include "core/weight_residency.h"
 #include "checkpoint/checkpoint_format.h"
 #include "formats/safetensors.h"
 #include "runtime/model.h"
+#include "runtime/router_linears.h"
 
 namespace qf::rt {
 namespace {
@@ -79,10 +81,9 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
   }
   const FileResidency residency = runtime_weight_residency(safetensors_bytes(dir));
   HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir, residency)), format, opened.qcfg};
-  check_layer_tensors(r.ck->names(), "model.layers.", c.num_hidden_layers, cfg_file, "num_hidden_layers");
-  const bool qwen2 = c.model_type == "qwen2" || c.model_type == "qwen2_moe";
-  const bool qkv_bias = qwen2 || c.attention_bias;
-  const bool o_bias = !qwen2 && c.attention_bias;
+  // The checkpoint's tensors against the config, as `convert` checks them
+  // too: a quantized format's Linears are read (and checked) by the format.
+  check_hf_checkpoint(c, *r.ck, format == nullptr, dir.string(), cfg_file);
   ModelWeights w;
   w.embed = r.linear("model.embed_tokens", false);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -94,19 +95,11 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
       l.q_norm = r.vec(p + "self_attn.q_norm.weight");
       l.k_norm = r.vec(p + "self_attn.k_norm.weight");
     }
-    if (c.moe_layer(i)) {  // routers stay unquantized in every format the runtime reads
-      l.moe.router = make_dense_linear(r.get(p + moe_module_prefix(c) + "gate.weight"), nullptr,
-                                       p + moe_module_prefix(c) + "gate.weight");
-      l.moe.experts.resize(static_cast<size_t>(c.num_experts));
-      if (c.shared_expert_intermediate_size > 0)
-        l.moe.shared_gate = make_dense_linear(r.get(p + "mlp.shared_expert_gate.weight"), nullptr,
-                                              p + "mlp.shared_expert_gate.weight");
-    }
-    for (const LayerLinearId& id : layer_linears(c, i)) {
-      const bool attn_in = id.slot == LinearObserver::Q || id.slot == LinearObserver::K || id.slot == LinearObserver::V;
-      const bool bias = attn_in ? qkv_bias : id.slot == LinearObserver::O ? o_bias : c.mlp_bias;
-      layer_linear(l, id) = r.linear(p + id.name, bias);
-    }
+    if (c.moe_layer(i)) l.moe.experts.resize(static_cast<size_t>(c.num_experts));
+    for (const RouterLinear& rl : router_linears(c, i))  // unquantized in every format the runtime reads
+      l.moe.*rl.member = make_dense_linear(r.get(p + rl.name + ".weight"), nullptr, p + rl.name + ".weight");
+    for (const LayerLinearId& id : layer_linears(c, i))
+      layer_linear(l, id) = r.linear(p + id.name, hf_linear_has_bias(c, static_cast<LinearRole>(id.slot)));
     w.layers.push_back(std::move(l));
     if (opened.kv_scales) {
       const KvScales kv = format->read_kv_scales(*r.ck, i);

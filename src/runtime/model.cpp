@@ -25,40 +25,24 @@ void check_linear(const std::shared_ptr<Linear>& l, int64_t out, int64_t in, con
 
 }  // namespace
 
+// The slots Q..Down are the checkpoint layout's Linear roles, in the same order.
+static_assert(static_cast<int>(LinearObserver::Q) == static_cast<int>(LinearRole::Q) &&
+              static_cast<int>(LinearObserver::O) == static_cast<int>(LinearRole::O) &&
+              static_cast<int>(LinearObserver::Gate) == static_cast<int>(LinearRole::Gate) &&
+              static_cast<int>(LinearObserver::Down) == static_cast<int>(LinearRole::Down));
+
 LinearShape layer_linear_shape(const ModelConfig& c, LinearObserver::Slot slot) {
-  const int64_t h = c.hidden_size;
-  switch (slot) {
-    case LinearObserver::Q: return {c.q_dim(), h};
-    case LinearObserver::K:
-    case LinearObserver::V: return {c.kv_dim(), h};
-    case LinearObserver::O: return {h, c.q_dim()};
-    case LinearObserver::Gate:
-    case LinearObserver::Up: return {c.intermediate_size, h};
-    case LinearObserver::Down: return {h, c.intermediate_size};
-    case LinearObserver::LmHead: return {c.vocab_size, h};
-  }
-  throw Error(ErrorKind::Internal, "layer_linear_shape: unknown slot");
+  if (slot == LinearObserver::LmHead) return {c.vocab_size, c.hidden_size};
+  const HfLinearShape s = hf_linear_shape(c, static_cast<LinearRole>(slot));
+  return {s.out, s.in};
 }
 
-std::string moe_module_prefix(const ModelConfig& c) { return c.model_type == "mixtral" ? "block_sparse_moe." : "mlp."; }
+std::string moe_module_prefix(const ModelConfig& c) { return hf_moe_prefix(c); }
 
 std::vector<LayerLinearId> layer_linears(const ModelConfig& c, int64_t layer) {
   std::vector<LayerLinearId> ids;
-  for (const LayerLinear& ll : kLayerLinears) {
-    if (ll.slot == LinearObserver::Gate && c.moe_layer(layer)) break;
-    ids.push_back({ll.slot, kNoExpert, ll.name});
-  }
-  if (!c.moe_layer(layer)) return ids;
-  const std::string p = moe_module_prefix(c);
-  const bool mixtral = c.model_type == "mixtral";
-  const LinearObserver::Slot slots[] = {LinearObserver::Gate, LinearObserver::Up, LinearObserver::Down};
-  const char* qwen_names[] = {"gate_proj", "up_proj", "down_proj"};
-  const char* mixtral_names[] = {"w1", "w3", "w2"};
-  for (int64_t e = 0; e < c.num_experts; ++e)
-    for (int j = 0; j < 3; ++j)
-      ids.push_back({slots[j], e, p + "experts." + std::to_string(e) + "." + (mixtral ? mixtral_names[j] : qwen_names[j])});
-  if (c.shared_expert_intermediate_size > 0)
-    for (int j = 0; j < 3; ++j) ids.push_back({slots[j], kSharedExpert, p + "shared_expert." + qwen_names[j]});
+  for (HfLinear& l : hf_layer_linears(c, layer))
+    ids.push_back({static_cast<LinearObserver::Slot>(l.role), l.expert, std::move(l.name)});
   return ids;
 }
 
@@ -84,9 +68,8 @@ std::shared_ptr<Linear>& layer_linear(LayerWeights& l, const LayerLinearId& id) 
 }
 
 LinearShape layer_linear_shape(const ModelConfig& c, const LayerLinearId& id) {
-  if (id.expert == kNoExpert) return layer_linear_shape(c, id.slot);
-  const int64_t ff = id.expert == kSharedExpert ? c.shared_expert_intermediate_size : c.moe_intermediate_size;
-  return id.slot == LinearObserver::Down ? LinearShape{c.hidden_size, ff} : LinearShape{ff, c.hidden_size};
+  const HfLinearShape s = hf_linear_shape(c, static_cast<LinearRole>(id.slot), id.expert);
+  return {s.out, s.in};
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path source)

@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "formats/hf/model_config.h"
+#include "formats/hf/model_tensors.h"
 #include "runtime/kv_cache.h"
 #include "runtime/linear.h"
 
@@ -98,8 +99,8 @@ class LinearObserver {
                                int64_t /*k*/) {}
 };
 
-inline constexpr int64_t kNoExpert = -1;      // attention and dense-MLP Linears
-inline constexpr int64_t kSharedExpert = -2;  // qwen2_moe's shared expert
+inline constexpr int64_t kNoExpert = kDenseLinear;           // attention and dense-MLP Linears
+inline constexpr int64_t kSharedExpert = kSharedExpertLinear;  // qwen2_moe's shared expert
 
 // The seven Linears of a decoder layer in forward order: their Hugging Face
 // module names under "model.layers.N.", their LayerWeights members and the

@@ -3,9 +3,9 @@
 namespace qf::rt {
 
 std::vector<RouterLinear> router_linears(const ModelConfig& c, int64_t layer) {
-  if (!c.moe_layer(layer)) return {};
-  std::vector<RouterLinear> r = {{moe_module_prefix(c) + "gate", &MoeWeights::router}};
-  if (c.shared_expert_intermediate_size > 0) r.push_back({"mlp.shared_expert_gate", &MoeWeights::shared_gate});
+  std::vector<RouterLinear> r;
+  for (const HfRouter& h : hf_layer_routers(c, layer))
+    r.push_back({h.name, h.shared_gate ? &MoeWeights::shared_gate : &MoeWeights::router});
   return r;
 }
 

@@ -47,6 +47,36 @@ expect_exit 3 "config.json: tensor 'model.layers.3.[a-z_.]+' belongs to layer 3,
   -- "$QF" -q bench "$m/hf-layers-fewer" -p 4 -n 1
 expect_exit 3 "huge-id.json: token ids are not contiguous" -- "$QF" tokenize "$m/huge-id.json" --text hi
 
+# ---- a checkpoint contradicting its config: convert refuses it as the loader does, writing nothing
+mx="$WORK/mixtral-transposed-router"
+mkdir -p "$mx"
+cp "$SRC/tests/data/fixture-mixtral/"{config.json,tokenizer.json,tokenizer.model,tokenizer_config.json,special_tokens_map.json} "$mx/"
+$PY - "$SRC/tests/data/fixture-mixtral/model.safetensors" "$mx/model.safetensors" <<'PYEOF'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+with open(src, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    data = f.read()
+t = header["model.layers.1.block_sparse_moe.gate.weight"]
+t["shape"] = t["shape"][::-1]  # [256, 8]: the same bytes, transposed
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(dst, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + data)
+PYEOF
+router="tensor 'model.layers.1.block_sparse_moe.gate.weight' has shape \[256, 8\], expected \[8, 256\]"
+expect_exit 3 "$router" -- "$QF" -q convert "$mx" --to gguf --type F16 -o "$WORK/mx.gguf"
+[[ ! -e "$WORK/mx.gguf" ]] && ok "no GGUF after the refused conversion" || fail "convert left $WORK/mx.gguf"
+expect_exit 3 "$router" -- "$QF" -q bench "$mx" -p 4 -n 1
+# An empty tensor type is a usage error, not "no override".
+expect_exit 2 "--output-tensor-type: unknown tensor type ''" \
+  -- "$QF" -q convert "$fx" --to gguf --type Q8_0 --output-tensor-type "" -o "$WORK/e.gguf"
+expect_exit 2 "--token-embedding-type: unknown tensor type ''" \
+  -- "$QF" -q convert "$fx" --to gguf --type Q8_0 --token-embedding-type "" -o "$WORK/e.gguf"
+expect_exit 2 "apply to --to gguf" -- "$QF" -q convert "$m/stories.bin" --to hf --output-tensor-type "" -o "$WORK/h"
+[[ ! -e "$WORK/e.gguf" && ! -e "$WORK/h" ]] && ok "no output after the usage errors" || fail "an output was left behind"
+
 # ---- a folder where a file is expected
 dir="$m/a-folder"
 expect_exit 3 "a-folder: is a folder, not a regular file" -- "$QF" -q eval "$fx" --text "$dir"

@@ -41,7 +41,8 @@ struct Reader {
   std::optional<int64_t> opt_int(const char* key, bool allow_zero = true) const {
     const json* v = get(key);
     if (!v) return std::nullopt;
-    if (!v->is_number_integer() || v->get<int64_t>() < (allow_zero ? 0 : 1)) bad(key, "a non-negative integer", *v);
+    if (!v->is_number_integer() || v->get<int64_t>() < (allow_zero ? 0 : 1))
+      bad(key, allow_zero ? "a non-negative integer" : "a positive integer", *v);
     return v->get<int64_t>();
   }
   std::optional<double> opt_number(const char* key) const {
@@ -170,9 +171,10 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
     c.decoder_sparse_step = r.opt_int("decoder_sparse_step", false).value_or(1);
     c.norm_topk_prob = r.opt_bool("norm_topk_prob").value_or(false);
     if (const json* m = r.get("mlp_only_layers")) {
-      if (!m->is_array()) r.bad("mlp_only_layers", "a list of layer indices", *m);
+      const char* want = "a list of layer indices (integers from 0)";
+      if (!m->is_array()) r.bad("mlp_only_layers", want, *m);
       for (const json& v : *m) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0) r.bad("mlp_only_layers", "a list of layer indices", *m);
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) r.bad("mlp_only_layers", want, *m);
         c.mlp_only_layers.push_back(v.get<int64_t>());
       }
     }
@@ -218,11 +220,19 @@ void check_model_config(ModelConfig& c, const std::string& where, const ConfigKe
   for (int64_t i = 0; i < c.num_hidden_layers && !any_dense; ++i) any_dense = !c.moe_layer(i);
   if (any_dense || c.intermediate_size != 0) size("intermediate_size", c.intermediate_size, kMaxWidth);
   if (c.is_moe()) {
-    size(c.model_type == "mixtral" ? "num_local_experts" : "num_experts", c.num_experts, kMaxLayers);
-    size("num_experts_per_tok", c.num_experts_per_tok, c.num_experts);
+    const char* experts = c.model_type == "mixtral" ? "num_local_experts" : "num_experts";
+    size(experts, c.num_experts, kMaxLayers);
+    size("num_experts_per_tok", c.num_experts_per_tok, kMaxLayers);
+    if (c.num_experts_per_tok > c.num_experts)
+      fail(key("num_experts_per_tok") + " is " + std::to_string(c.num_experts_per_tok) + ", more than the " +
+           std::to_string(c.num_experts) + " experts of " + key(experts));
     size(c.model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size", c.moe_intermediate_size, kMaxWidth);
-    if (c.shared_expert_intermediate_size > kMaxWidth)
-      fail(key("shared_expert_intermediate_size") + " is above the limit of " + std::to_string(kMaxWidth));
+    // 0: no shared expert.
+    if (c.shared_expert_intermediate_size < 0 || c.shared_expert_intermediate_size > kMaxWidth)
+      fail(key("shared_expert_intermediate_size") + " is " + std::to_string(c.shared_expert_intermediate_size) +
+           ", must be between 0 (no shared expert) and " + std::to_string(kMaxWidth));
+    if (c.decoder_sparse_step <= 0)
+      fail(key("decoder_sparse_step") + " is " + std::to_string(c.decoder_sparse_step) + ", must be a positive integer");
     for (int64_t l : c.mlp_only_layers)
       if (l >= c.num_hidden_layers)
         fail(key("mlp_only_layers") + " names layer " + std::to_string(l) + ", beyond " + key("num_hidden_layers") +

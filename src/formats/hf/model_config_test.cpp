@@ -156,6 +156,55 @@ TEST(ModelConfig, MalformedCorpus) {
   }
 }
 
+// Every range message states the rule its check applies: a key that must be
+// positive never says "non-negative" about a 0 it refuses.
+TEST(ModelConfig, RangeMessagesStateTheRuleTheyCheck) {
+  const auto qwen_moe = [](json& j) {
+    j["model_type"] = "qwen2_moe";
+    j["num_experts"] = 4;
+    j["num_experts_per_tok"] = 2;
+    j["moe_intermediate_size"] = 64;
+  };
+  const std::vector<BadConfig> cases = {
+      {"decoder_sparse_step 0", [&](json& j) { qwen_moe(j); j["decoder_sparse_step"] = 0; }, ErrorKind::InvalidInput,
+       "key 'decoder_sparse_step' must be a positive integer, got 0"},
+      {"max_position_embeddings 0", [](json& j) { j["max_position_embeddings"] = 0; }, ErrorKind::InvalidInput,
+       "key 'max_position_embeddings' must be a positive integer, got 0"},
+      {"num_key_value_heads 0", [](json& j) { j["num_key_value_heads"] = 0; }, ErrorKind::InvalidInput,
+       "key 'num_key_value_heads' must be a positive integer, got 0"},
+      {"negative shared expert width", [&](json& j) { qwen_moe(j); j["shared_expert_intermediate_size"] = -1; },
+       ErrorKind::InvalidInput, "key 'shared_expert_intermediate_size' must be a non-negative integer, got -1"},
+      {"negative token id", [](json& j) { j["bos_token_id"] = -1; }, ErrorKind::InvalidInput,
+       "key 'bos_token_id' must be a non-negative integer, got -1"},
+      {"negative mlp_only_layers", [&](json& j) { qwen_moe(j); j["mlp_only_layers"] = {-1}; }, ErrorKind::InvalidInput,
+       "key 'mlp_only_layers' must be a list of layer indices (integers from 0), got [-1]"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    json j = llama();
+    c.edit(j);
+    EXPECT_QF_ERROR(parse_model_config(j, "config.json"), c.kind, c.fragment);
+  }
+  // The same rules on a config built elsewhere (the GGUF loader's), named by the source's keys.
+  ModelConfig m = parse_model_config([&] {
+    json j = llama();
+    qwen_moe(j);
+    return j;
+  }(), "c");
+  ModelConfig step = m;
+  step.decoder_sparse_step = 0;
+  EXPECT_QF_ERROR(check_model_config(step, "m.gguf"), ErrorKind::InvalidInput,
+                  "'decoder_sparse_step' is 0, must be a positive integer");
+  ModelConfig shared = m;
+  shared.shared_expert_intermediate_size = -3;
+  EXPECT_QF_ERROR(check_model_config(shared, "m.gguf"), ErrorKind::InvalidInput,
+                  "'shared_expert_intermediate_size' is -3, must be between 0 (no shared expert) and 1048576");
+  ModelConfig per_tok = m;
+  per_tok.num_experts_per_tok = 5;
+  EXPECT_QF_ERROR(check_model_config(per_tok, "m.gguf", [](const std::string& k) { return "qwen2moe." + k; }),
+                  ErrorKind::InvalidInput, "'qwen2moe.num_experts_per_tok' is 5, more than the 4 experts of 'qwen2moe.num_experts'");
+}
+
 TEST(ModelConfig, FileErrors) {
   test::TempDir dir;
   EXPECT_QF_ERROR(load_model_config(dir.path()), ErrorKind::NotFound, "no config.json");
