@@ -1,6 +1,7 @@
 // quantforge batch JOBS.yaml [-o OUTDIR] [--shard I/N | --shards N] [--resume] [--dry-run] [--json]
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "batch/batch_plan.h"
 #include "batch/job_record.h"
@@ -15,7 +16,8 @@ namespace qf::cli {
 namespace {
 
 struct BatchOpts {
-  std::string jobs, out, shard;
+  std::string jobs, out, shard_text;
+  std::optional<std::string> shard;  // nullopt: --shard not given (given empty is an error)
   int64_t shards = 0;
   int threads = 0;
   bool resume = false, dry_run = false, json = false;
@@ -24,7 +26,7 @@ struct BatchOpts {
 std::string invocation(const BatchOpts& o) {
   std::string s = "quantforge batch " + o.jobs;
   if (!o.out.empty()) s += " -o " + o.out;
-  if (!o.shard.empty()) s += " --shard " + o.shard;
+  if (o.shard) s += " --shard " + *o.shard;
   if (o.shards) s += " --shards " + std::to_string(o.shards);
   if (o.resume) s += " --resume";
   return s;
@@ -34,11 +36,12 @@ void print(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
 
 void run_batch_command(const BatchOpts& o) {
   namespace fs = std::filesystem;
+  // A bad flag is a usage error before the jobs file is read.
+  const batch::Shard shard = batch::choose_shard(o.shard, o.shards, [](const char* k) { return std::getenv(k); });
   const batch::JobsFile f = batch::parse_jobs_file(o.jobs);
   fs::path out = !o.out.empty() ? fs::path(o.out) : f.output;
   if (out.empty()) throw Error(ErrorKind::Usage, o.jobs + ": no output folder: give -o OUTDIR or `output:` in the jobs file");
   const std::vector<batch::Job> jobs = batch::plan_jobs(f, out);
-  const batch::Shard shard = batch::choose_shard(o.shard, o.shards, [](const char* k) { return std::getenv(k); });
   const bool quiet = Progress::quiet();
   auto log = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "%s\n", s.c_str());
@@ -97,14 +100,17 @@ void register_batch(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("batch", "Run a jobs file: many models x GGUF presets and recipes, resumable, sharded over Slurm arrays or Kubernetes Indexed Jobs");
   cmd->add_option("jobs", o->jobs, "the jobs file (YAML; see docs/batch.md)")->required();
   cmd->add_option("-o,--output", o->out, "output folder (default: the jobs file's `output:`)");
-  cmd->add_option("--shard", o->shard, "run the I-th of N disjoint slices of the jobs (I/N, from 0); default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX");
+  CLI::Option* shard = cmd->add_option("--shard", o->shard_text, "run the I-th of N disjoint slices of the jobs (I/N, from 0); default: from SLURM_ARRAY_TASK_ID/COUNT or JOB_COMPLETION_INDEX");
   cmd->add_option("--shards", o->shards, "the number of shards of a Kubernetes Indexed Job (its completions); the index comes from JOB_COMPLETION_INDEX")
       ->check(int_at_least(1));
   cmd->add_flag("--resume", o->resume, "continue interrupted quantize jobs from their last finished layer (finished jobs are always skipped)");
   cmd->add_flag("--dry-run", o->dry_run, "print the jobs of this shard, their estimated disk, memory and time, and what is done; run nothing");
   cmd->add_flag("--json", o->json, "print batch-status.json (or, with --dry-run, the job list) on stdout");
   add_threads_option(cmd, o->threads);
-  cmd->callback([o] { run_batch_command(*o); });
+  cmd->callback([o, shard] {
+    if (shard->count()) o->shard = o->shard_text;
+    run_batch_command(*o);
+  });
 }
 
 }  // namespace qf::cli

@@ -134,7 +134,7 @@ Estimate estimate_job(const JobsFile& f, const Job& job) {
   return e;
 }
 
-Shard choose_shard(const std::string& shard_flag, int64_t shards_flag,
+Shard choose_shard(const std::optional<std::string>& shard_flag, int64_t shards_flag,
                    const std::function<const char*(const char*)>& getenv) {
   auto number = [](const std::string& s, const std::string& what) -> int64_t {
     char* end = nullptr;
@@ -145,11 +145,17 @@ Shard choose_shard(const std::string& shard_flag, int64_t shards_flag,
     return v;
   };
   Shard s;
-  if (!shard_flag.empty()) {
-    const size_t slash = shard_flag.find('/');
-    if (slash == std::string::npos) throw Error(ErrorKind::Usage, "--shard: expected I/N (e.g. 0/4), got '" + shard_flag + "'");
-    s.index = number(shard_flag.substr(0, slash), "--shard");
-    s.count = number(shard_flag.substr(slash + 1), "--shard");
+  if (shard_flag) {
+    const std::string& flag = *shard_flag;
+    const size_t slash = flag.find('/');
+    if (slash == std::string::npos) throw Error(ErrorKind::Usage, "--shard: expected I/N (e.g. 0/4), got '" + flag + "'");
+    // --shards only names the count of a Kubernetes Indexed Job; with an
+    // explicit slice it would be ignored, and a mismatch go unnoticed.
+    if (shards_flag > 0)
+      throw Error(ErrorKind::Usage, "--shard " + flag + " and --shards " + std::to_string(shards_flag) +
+                                        " do not go together: --shard I/N names the slice, --shards N is for JOB_COMPLETION_INDEX");
+    s.index = number(flag.substr(0, slash), "--shard");
+    s.count = number(flag.substr(slash + 1), "--shard");
     s.source = "--shard";
   } else if (const char* id = getenv("SLURM_ARRAY_TASK_ID"); id && *id) {
     const char* count = getenv("SLURM_ARRAY_TASK_COUNT");

@@ -39,16 +39,18 @@ std::vector<Job> plan_jobs(const JobsFile& f, const std::filesystem::path& out_d
 // The estimate of one job (reads the model's config.json and file sizes).
 Estimate estimate_job(const JobsFile& f, const Job& job);
 
-// Which shard this process is. The sources, first found wins: --shard I/N;
-// SLURM_ARRAY_TASK_ID with SLURM_ARRAY_TASK_COUNT (and SLURM_ARRAY_TASK_MIN /
+// Which shard this process is. The sources, first found wins: --shard I/N
+// (`shard_flag`: nullopt when not given; given empty is a usage error, and so
+// is giving it with --shards, which would be ignored); SLURM_ARRAY_TASK_ID
+// with SLURM_ARRAY_TASK_COUNT (and SLURM_ARRAY_TASK_MIN /
 // SLURM_ARRAY_TASK_STEP when the array does not start at 0 or steps);
 // JOB_COMPLETION_INDEX with `shards` (a Kubernetes Indexed Job's
-// completions, from --shards). No source: the one shard 0/1.
+// completions, from --shards; 0: not given). No source: the one shard 0/1.
 struct Shard {
   int64_t index = 0, count = 1;
   std::string source;  // "--shard", "slurm", "kubernetes", "" (none)
 };
-Shard choose_shard(const std::string& shard_flag, int64_t shards_flag,
+Shard choose_shard(const std::optional<std::string>& shard_flag, int64_t shards_flag,
                    const std::function<const char*(const char*)>& getenv);
 
 // Indices of the jobs shard `index` of `count` runs, in job order. Jobs are

@@ -71,42 +71,47 @@ TEST(BatchShards, TheShardComesFromTheFlagSlurmOrKubernetes) {
     auto it = env.find(k);
     return it == env.end() ? nullptr : it->second.c_str();
   };
-  Shard s = choose_shard("", 0, get);
+  Shard s = choose_shard(std::nullopt, 0, get);
   EXPECT_EQ(s.index, 0);
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.source, "");
 
   env = {{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "4"}};
-  s = choose_shard("", 0, get);
+  s = choose_shard(std::nullopt, 0, get);
   EXPECT_EQ(s.index, 2);
   EXPECT_EQ(s.count, 4);
   EXPECT_EQ(s.source, "slurm");
   // --array=10-20:5 -> tasks 10, 15, 20
   env = {{"SLURM_ARRAY_TASK_ID", "15"}, {"SLURM_ARRAY_TASK_COUNT", "3"}, {"SLURM_ARRAY_TASK_MIN", "10"},
          {"SLURM_ARRAY_TASK_STEP", "5"}};
-  s = choose_shard("", 0, get);
+  s = choose_shard(std::nullopt, 0, get);
   EXPECT_EQ(s.index, 1);
   EXPECT_EQ(s.count, 3);
   env["SLURM_ARRAY_TASK_ID"] = "12";
-  EXPECT_THROW(choose_shard("", 0, get), Error);
+  EXPECT_THROW(choose_shard(std::nullopt, 0, get), Error);
   // The flag wins over the environment.
   s = choose_shard("0/2", 0, get);
   EXPECT_EQ(s.index, 0);
   EXPECT_EQ(s.count, 2);
   EXPECT_EQ(s.source, "--shard");
   env = {{"SLURM_ARRAY_TASK_ID", "1"}};
-  EXPECT_THROW(choose_shard("", 0, get), Error) << "no task count";
+  EXPECT_THROW(choose_shard(std::nullopt, 0, get), Error) << "no task count";
 
   env = {{"JOB_COMPLETION_INDEX", "3"}};
-  EXPECT_THROW(choose_shard("", 0, get), Error) << "Kubernetes needs --shards";
-  s = choose_shard("", 5, get);
+  EXPECT_THROW(choose_shard(std::nullopt, 0, get), Error) << "Kubernetes needs --shards";
+  s = choose_shard(std::nullopt, 5, get);
   EXPECT_EQ(s.index, 3);
   EXPECT_EQ(s.count, 5);
   EXPECT_EQ(s.source, "kubernetes");
-  EXPECT_THROW(choose_shard("", 3, get), Error) << "index 3 of 3";
+  EXPECT_THROW(choose_shard(std::nullopt, 3, get), Error) << "index 3 of 3";
   env.clear();
-  EXPECT_THROW(choose_shard("", 3, get), Error) << "--shards without an index";
+  EXPECT_THROW(choose_shard(std::nullopt, 3, get), Error) << "--shards without an index";
   for (const char* bad : {"1", "1/0", "2/2", "-1/2", "a/b", "1/2/3", "/2"}) EXPECT_THROW(choose_shard(bad, 0, get), Error) << bad;
+  // Given but empty (--shard "") is not "not given"; an explicit slice with
+  // --shards (which it would ignore) is refused.
+  EXPECT_QF_ERROR(choose_shard(std::string(), 0, get), ErrorKind::Usage, "--shard: expected I/N");
+  EXPECT_QF_ERROR(choose_shard("1/2", 5, get), ErrorKind::Usage, "do not go together");
+  EXPECT_EQ(choose_shard("1/2", 0, get).index, 1);
 }
 
 TEST(BatchJobs, CrossProductNarrowedPerModelWithMergedGatesAndCalibration) {

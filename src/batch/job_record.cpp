@@ -18,6 +18,14 @@ namespace {
 
 json file_hash(const fs::path& p) { return {{"sha256", sha256_file_hex(p)}}; }
 
+// A number of a record read back; null (how JSON spells a NaN or an infinity
+// that was written) and a missing key give `otherwise`.
+template <class T>
+T number_or(const json& j, const char* key, T otherwise) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->template get<T>() : otherwise;
+}
+
 }  // namespace
 
 json JobRecord::to_json() const {
@@ -55,16 +63,16 @@ JobRecord JobRecord::from_json(const json& j) {
   r.eval_fingerprint = j.at("eval_fingerprint").get<std::string>();
   r.started = j.value("started", "");
   r.finished = j.value("finished", "");
-  r.seconds = j.value("seconds", 0.0);
-  r.produce_seconds = j.value("produce_seconds", 0.0);
-  r.eval_seconds = j.value("eval_seconds", 0.0);
-  r.output_bytes = j.value("output_bytes", uint64_t{0});
+  r.seconds = number_or(j, "seconds", 0.0);
+  r.produce_seconds = number_or(j, "produce_seconds", 0.0);
+  r.eval_seconds = number_or(j, "eval_seconds", 0.0);
+  r.output_bytes = number_or(j, "output_bytes", uint64_t{0});
   for (const json& f : j.at("files")) r.files.emplace_back(f.at("path").get<std::string>(), f.at("bytes").get<uint64_t>());
   r.eval = j.value("eval", json());
   r.error = j.at("error").is_null() ? "" : j.at("error").get<std::string>();
-  r.exit_code = j.value("exit_code", 0);
+  r.exit_code = number_or(j, "exit_code", 0);
   r.host = j.value("host", "");
-  r.pid = j.value("pid", int64_t{0});
+  r.pid = number_or(j, "pid", int64_t{0});
   r.shard = j.value("shard", "");
   r.resumed = j.value("resumed", false);
   return r;
@@ -141,7 +149,7 @@ std::vector<std::pair<std::string, uint64_t>> output_files(const fs::path& outpu
 std::string not_done_reason(const std::optional<JobRecord>& r, const std::string& fingerprint, const std::string& eval_fp,
                             const Job& job) {
   if (!r) return "never run";
-  if (r->status == "running") return "interrupted";
+  if (r->status == "running" || r->status == "interrupted") return "interrupted";
   if (r->status != "done") return "failed before";
   if (r->fingerprint != fingerprint) return "its inputs changed";
   if (r->eval_fingerprint != eval_fp) return "its gate changed";

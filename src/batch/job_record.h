@@ -28,7 +28,7 @@ namespace qf::batch {
 
 struct JobRecord {
   std::string id, kind, output;
-  std::string status;  // "running", "done", "failed"
+  std::string status;  // "running", "interrupted" (by a signal), "done", "failed"
   std::string fingerprint, eval_fingerprint;
   std::string started, finished;  // UTC, ISO 8601
   double seconds = 0, produce_seconds = 0, eval_seconds = 0;

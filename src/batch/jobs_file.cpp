@@ -108,7 +108,12 @@ class JobsParser : public YamlReader {
   }
   fs::path existing_file(const YAML::Node& n, const std::string& path) {
     fs::path p = path_of(n, path);
-    if (!fs::is_regular_file(p)) fail(n, path + ": no such file: " + p.string(), ErrorKind::NotFound);
+    std::error_code ec;
+    const bool file = fs::is_regular_file(p, ec);
+    // A name too long or a folder that cannot be searched is not "missing".
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      fail(n, path + ": " + p.string() + ": " + ec.message(), ErrorKind::Io);
+    if (!file) fail(n, path + ": no such file: " + p.string(), ErrorKind::NotFound);
     return p;
   }
   std::string name_of(const YAML::Node& n, const std::string& path) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 
 #include "batch/job_record.h"
 #include "calibration/imatrix_collect.h"
@@ -110,7 +111,8 @@ void produce(const JobsFile& f, const Job& job, const BatchOptions& o, ThreadPoo
   }
 }
 
-void evaluate(const Job& job, const JobsFile& f, ThreadPool& pool, JobRecord& r) {
+void evaluate(const Job& job, const JobsFile& f, ThreadPool& pool, const std::function<void(const std::string&)>& log,
+              JobRecord& r) {
   const EvalSpec& e = *job.eval;
   const ModelSpec& m = f.models[job.model];
   eval::EvalRequest req;
@@ -126,6 +128,10 @@ void evaluate(const Job& job, const JobsFile& f, ThreadPool& pool, JobRecord& r)
   const eval::EvalRun run = eval::run_eval(req, pool, std::ref(bar));
   bar.finish();
   r.eval = run.report;
+  // Without bounds nothing fails, as with `eval`; an invalid measurement is
+  // still said loudly (and recorded: "valid": false, "problems").
+  if (run.failures.empty())
+    for (const std::string& p : eval::measurement_problems(run.result)) log("  warning: the evaluation is not valid: " + p);
   if (!run.failures.empty()) {
     std::string msg = job.output.string() + ": the gate failed:";
     for (size_t i = 0; i < run.failures.size(); ++i) msg += (i ? "; " : " ") + run.failures[i];
@@ -146,7 +152,98 @@ JobRecord new_record(const JobsFile& f, const Job& job, const std::string& shard
   return r;
 }
 
+// Where the records and batch-status.json are written from: the loop, and
+// the interrupt hook, which on SIGINT/SIGTERM/SIGHUP records the job this
+// process runs as "interrupted" (and rewrites the status) before the process
+// ends, instead of leaving a "running" that nobody will finish. One mutex
+// orders the two, and nothing the loop writes after the hook is kept.
+class RecordWriter {
+ public:
+  RecordWriter(const JobsFile& f, const std::vector<Job>& jobs, const fs::path& out) : f_(f), jobs_(jobs), out_(out) {}
+
+  // Writes the job's record and the status. A "running" record becomes the
+  // one the hook finishes; any other clears it.
+  json write(const Job& job, const JobRecord& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (interrupted_) return last_;
+    write_record(out_, job, r);
+    if (r.status == "running") {
+      job_ = &job, running_ = r, t0_ = std::chrono::steady_clock::now();
+    } else {
+      job_ = nullptr;
+    }
+    return last_ = write_status(f_, jobs_, out_);
+  }
+
+  // The status rewritten from the records (the last one written once
+  // interrupted: the process is ending and may no longer write files).
+  json status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!interrupted_) last_ = write_status(f_, jobs_, out_);
+    return last_;
+  }
+
+  void on_interrupt() {
+    std::lock_guard<std::mutex> lock(mu_);
+    interrupted_ = true;
+    if (!job_) return;
+    running_.status = "interrupted";
+    running_.finished = utc_now();
+    running_.seconds = seconds_since(t0_);
+    running_.error = "interrupted by a signal (SIGINT, SIGTERM or SIGHUP)";
+    write_record(out_, *job_, running_);
+    last_ = write_status(f_, jobs_, out_);
+  }
+
+ private:
+  const JobsFile& f_;
+  const std::vector<Job>& jobs_;
+  const fs::path out_;
+  std::mutex mu_;
+  bool interrupted_ = false;
+  const Job* job_ = nullptr;
+  JobRecord running_;
+  std::chrono::steady_clock::time_point t0_;
+  json last_ = {{"jobs", json::array()}};
+};
+
+// `p` absolute with its links resolved as far as they exist (lexically
+// normalized only when that fails).
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  const fs::path a = fs::absolute(p, ec).lexically_normal();
+  const fs::path c = fs::weakly_canonical(a, ec);
+  return ec ? a : c;
+}
+
+// Whether `p` is `dir` or lies under it.
+bool inside(const fs::path& p, const fs::path& dir) {
+  const fs::path a = resolved(p), d = resolved(dir);
+  auto ai = a.begin();
+  for (auto di = d.begin(); di != d.end(); ++di, ++ai) {
+    if (di->empty() && std::next(di) == d.end()) break;  // a trailing separator
+    if (ai == a.end() || *ai != *di) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+void check_outputs_outside_models(const JobsFile& f, const fs::path& out) {
+  for (size_t i = 0; i < f.models.size(); ++i) {
+    const ModelSpec& m = f.models[i];
+    const fs::path dir = resolve_model(m.arg, m.revision).dir;
+    // OUT holds the batch's records and status, OUT/NAME each model's outputs.
+    std::vector<fs::path> written = {out};
+    for (const ModelSpec& n : f.models) written.push_back(out / n.name);
+    for (const fs::path& w : written)
+      if (inside(w, dir))
+        throw io_error(out.string(), "the batch would write " + w.string() + (inside(dir, w) ? ", which is" : ", inside") +
+                                         " the model folder " + dir.string() + " (" + m.where +
+                                         "); its outputs would change the model's files, so every run would redo "
+                                         "every job: choose an output folder outside the models");
+  }
+}
 
 json write_status(const JobsFile& f, const std::vector<Job>& jobs, const fs::path& out) {
   fs::create_directories(out / ".batch");
@@ -180,6 +277,7 @@ json write_status(const JobsFile& f, const std::vector<Job>& jobs, const fs::pat
 }
 
 json dry_run(const JobsFile& f, const std::vector<Job>& jobs, const std::vector<size_t>& slice, const fs::path& out) {
+  check_outputs_outside_models(f, out);
   json list = json::array();
   for (size_t i : slice) {
     const Job& job = jobs[i];
@@ -203,14 +301,22 @@ std::string status_table(const json& status) {
   for (const json& j : status.at("jobs")) {
     const json ev = j.value("eval", json());
     char ppl[32] = "-", kld[32] = "-", secs[32] = "-", size[32] = "-";
-    if (ev.is_object() && ev.contains("ppl")) std::snprintf(ppl, sizeof ppl, "%.4f", ev["ppl"].get<double>());
-    if (ev.is_object() && ev.contains("kld") && ev["kld"].is_object())
-      std::snprintf(kld, sizeof kld, "%.5f", ev["kld"].value("mean", 0.0));
-    if (j.contains("seconds")) std::snprintf(secs, sizeof secs, "%.1f", j["seconds"].get<double>());
-    if (j.contains("output_bytes") && j["output_bytes"].get<uint64_t>() > 0) std::snprintf(size, sizeof size, "%s", mib(j["output_bytes"].get<uint64_t>()).c_str());
+    // A measured number that was not finite is null in the report.
+    auto cell = [&](char* buf, size_t n, const char* fmt, std::initializer_list<const char*> keys) {
+      if (!ev.is_object() || !ev.contains(*keys.begin())) return;
+      const std::optional<double> v = eval::report_number(ev, keys);
+      if (v) std::snprintf(buf, n, fmt, *v);
+      else std::snprintf(buf, n, "%s", "invalid");
+    };
+    cell(ppl, sizeof ppl, "%.4f", {"ppl"});
+    cell(kld, sizeof kld, "%.5f", {"kld", "mean"});
+    if (const std::optional<double> v = eval::report_number(j, {"seconds"})) std::snprintf(secs, sizeof secs, "%.1f", *v);
+    if (const std::optional<double> v = eval::report_number(j, {"output_bytes"}); v && *v > 0)
+      std::snprintf(size, sizeof size, "%s", mib(static_cast<uint64_t>(*v)).c_str());
+    auto text = [&](const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?"); };
     const std::string err = j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : "";
-    std::snprintf(line, sizeof line, "%-12s %-40s %9s %12s %10s %10s  %s\n", j["status"].get<std::string>().c_str(),
-                  j["id"].get<std::string>().c_str(), secs, size, ppl, kld, err.c_str());
+    std::snprintf(line, sizeof line, "%-12s %-40s %9s %12s %10s %10s  %s\n", text("status").c_str(), text("id").c_str(),
+                  secs, size, ppl, kld, err.c_str());
     s += line;
   }
   return s;
@@ -218,8 +324,11 @@ std::string status_table(const json& status) {
 
 BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const BatchOptions& o, ThreadPool& pool,
                        const std::function<void(const std::string&)>& log) {
+  check_outputs_outside_models(f, o.out);
   fs::create_directories(o.out / ".batch");
   const std::vector<size_t> slice = shard_slice(jobs, o.shard.index, o.shard.count);
+  RecordWriter records(f, jobs, o.out);
+  const InterruptHook on_interrupt([&records] { records.on_interrupt(); });
   BatchOutcome res;
   {
     std::string head = "batch: " + std::to_string(jobs.size()) + " job(s) in " + f.path.string();
@@ -250,12 +359,11 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
       JobRecord r = new_record(f, job, shard_name);
       r.status = "failed";
       r.error = e.what(), r.exit_code = exit_code(e.kind()), r.finished = r.started;
-      write_record(o.out, job, r);
+      records.write(job, r);
       res.failed++;
       res.failures.push_back(job.id + ": " + e.what());
       if (!res.exit_code) res.exit_code = r.exit_code;
       log(tag + ": failed: " + e.what());
-      write_status(f, jobs, o.out);
       continue;
     }
     if (reason.empty()) {
@@ -286,8 +394,7 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
     r.status = "running";
     r.fingerprint = fp;
     r.eval_fingerprint = efp;
-    write_record(o.out, job, r);
-    write_status(f, jobs, o.out);
+    records.write(job, r);
     const auto t0 = std::chrono::steady_clock::now();
     try {
       const bool reuse = prev && prev->fingerprint == fp && output_problem(*prev, job).empty();
@@ -316,7 +423,7 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
       if (job.eval) {
         const auto te = std::chrono::steady_clock::now();
         try {
-          evaluate(job, f, pool, r);
+          evaluate(job, f, pool, log, r);
         } catch (...) {
           r.eval_seconds = seconds_since(te);
           throw;
@@ -342,8 +449,7 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
     }
     r.seconds = seconds_since(t0);
     r.finished = utc_now();
-    write_record(o.out, job, r);
-    res.status = write_status(f, jobs, o.out);
+    res.status = records.write(job, r);
     est_done += job.estimate.seconds;
     real_done += r.seconds;
     if (r.status == "failed") {
@@ -357,7 +463,7 @@ BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const Ba
       log(tag + line);
     }
   }
-  res.status = write_status(f, jobs, o.out);
+  res.status = records.status();
   return res;
 }
 

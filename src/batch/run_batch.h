@@ -33,13 +33,21 @@ struct BatchOutcome {
   std::vector<std::string> failures;  // "ID: message"
 };
 
-// log: lines for stderr (job starts with the ETA, notes, skips).
+// Io error (one line naming both) when the output folder, or a model's
+// output subfolder, is or lies inside a model's folder: the outputs would
+// change the model's files and with them every job's fingerprint, so each
+// run would redo every job. run_batch and dry_run check it first.
+void check_outputs_outside_models(const JobsFile& f, const std::filesystem::path& out);
+
+// log: lines for stderr (job starts with the ETA, notes, skips). On SIGINT,
+// SIGTERM or SIGHUP (core/interrupt.h) the job being run is recorded as
+// "interrupted" before the process ends.
 BatchOutcome run_batch(const JobsFile& f, const std::vector<Job>& jobs, const BatchOptions& o, ThreadPool& pool,
                        const std::function<void(const std::string&)>& log);
 
 // batch-status.json for the whole list from the records on disk (jobs without
-// one are "pending"; a "running" record whose lock is free is
-// "interrupted"). Written atomically under OUT/.batch/status.lock.
+// one are "pending"; a "running" record whose lock is free, its process
+// killed, is "interrupted"). Written atomically under OUT/.batch/status.lock.
 nlohmann::ordered_json write_status(const JobsFile& f, const std::vector<Job>& jobs, const std::filesystem::path& out);
 
 // What --dry-run prints: per job of the slice, its output, estimates and

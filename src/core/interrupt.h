@@ -11,6 +11,8 @@
 // to the same output (remove_stale_temporaries).
 #pragma once
 
+#include <functional>
+
 namespace qf {
 
 void install_interrupt_cleanup();
@@ -23,5 +25,24 @@ void install_interrupt_cleanup();
 // process.
 bool interrupted();
 [[noreturn]] void await_interrupt_exit();
+
+// Work to do when an interrupt signal is taken, for the lifetime of this
+// object (for example, rewriting a record that says "running" to say what
+// happened).
+// The hooks run on the clean-up thread, after interrupted() turns true and
+// before the temporaries are removed (so a hook may still write a file
+// atomically), while the other threads go on; a hook must be short, must not
+// wait for the thread it interrupts, and its exceptions are swallowed. The
+// destructor waits for a hook that is running.
+class InterruptHook {
+ public:
+  explicit InterruptHook(std::function<void()> hook);
+  ~InterruptHook();
+  InterruptHook(const InterruptHook&) = delete;
+  InterruptHook& operator=(const InterruptHook&) = delete;
+
+ private:
+  unsigned long id_;
+};
 
 }  // namespace qf

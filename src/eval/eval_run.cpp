@@ -1,48 +1,62 @@
 #include "eval/eval_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "core/error.h"
 #include "core/text_input.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/finite_weights.h"
 #include "runtime/model.h"
 
 namespace qf::eval {
 
 namespace {
 
-nlohmann::ordered_json report(const EvalRequest& o, const EvalResult& r, const std::vector<std::string>& fails) {
-  nlohmann::ordered_json j = {{"model", o.model},
-                              {"text", o.text},
-                              {"mode", r.mode},
-                              {"ctx", r.ctx},
-                              {"spans", r.spans},
-                              {"tokens_scored", r.tokens_scored},
-                              {"tokens_processed", r.tokens_processed},
-                              {"nll", r.nll_mean},
-                              {"ppl", r.ppl},
-                              {"ppl_stderr", r.ppl_stderr},
-                              {"seconds", r.seconds},
-                              {"tokens_per_s", r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0},
-                              {"kv_dtype", o.kv},
-                              {"device", r.device},
-                              {"device_bytes", r.device_bytes},
-                              {"simd", rt::simd_level_name(rt::simd_level())}};
+using json = nlohmann::ordered_json;
+
+// JSON has no NaN or infinity (nlohmann writes them as null, silently): write
+// null on purpose, so that the report in memory is the one on disk; the
+// report's "problems" say which number was not finite and why.
+json number(double v) { return std::isfinite(v) ? json(v) : json(); }
+
+}  // namespace
+
+json eval_report(const EvalRequest& o, const EvalResult& r, const std::vector<std::string>& fails) {
+  json j = {{"model", o.model},
+            {"text", o.text},
+            {"mode", r.mode},
+            {"ctx", r.ctx},
+            {"spans", r.spans},
+            {"tokens_scored", r.tokens_scored},
+            {"tokens_processed", r.tokens_processed},
+            {"nll", number(r.nll_mean)},
+            {"ppl", number(r.ppl)},
+            {"ppl_stderr", number(r.ppl_stderr)},
+            {"seconds", number(r.seconds)},
+            {"tokens_per_s", number(r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0)},
+            {"kv_dtype", o.kv},
+            {"device", r.device},
+            {"device_bytes", r.device_bytes},
+            {"simd", rt::simd_level_name(rt::simd_level())}};
   const std::vector<std::string> problems = measurement_problems(r);
   j["valid"] = problems.empty();
   j["problems"] = problems;
   j["nonfinite_tokens"] = r.nonfinite_tokens;
   if (r.has_baseline) {
-    j["baseline"] = {{"model", o.baseline},     {"nll", r.base_nll_mean}, {"ppl", r.base_ppl},
-                     {"seconds", r.base_seconds}, {"nonfinite_tokens", r.base_nonfinite_tokens}};
-    j["ppl_delta"] = r.ppl_delta;
-    j["ppl_ratio"] = r.ppl_ratio;
-    j["kld"] = {{"mean", r.kld_mean}, {"p99", r.kld_p99}, {"max", r.kld_max}};
-    j["top1_agreement"] = r.top1_agreement;
+    j["baseline"] = {{"model", o.baseline},
+                     {"nll", number(r.base_nll_mean)},
+                     {"ppl", number(r.base_ppl)},
+                     {"seconds", number(r.base_seconds)},
+                     {"nonfinite_tokens", r.base_nonfinite_tokens}};
+    j["ppl_delta"] = number(r.ppl_delta);
+    j["ppl_ratio"] = number(r.ppl_ratio);
+    j["kld"] = {{"mean", number(r.kld_mean)}, {"p99", number(r.kld_p99)}, {"max", number(r.kld_max)}};
+    j["top1_agreement"] = number(r.top1_agreement);
   }
-  nlohmann::ordered_json gate = nlohmann::ordered_json::object();
+  json gate = json::object();
   if (o.gate.max_ppl_delta) gate["max_ppl_delta"] = *o.gate.max_ppl_delta;
   if (o.gate.max_ppl_ratio) gate["max_ppl_ratio"] = *o.gate.max_ppl_ratio;
   if (o.gate.max_kld) gate["max_kld"] = *o.gate.max_kld;
@@ -54,7 +68,17 @@ nlohmann::ordered_json report(const EvalRequest& o, const EvalResult& r, const s
   return j;
 }
 
-}  // namespace
+std::optional<double> report_number(const json& report, std::initializer_list<const char*> keys) {
+  const json* at = &report;
+  for (const char* k : keys) {
+    if (!at->is_object()) return std::nullopt;
+    const auto it = at->find(k);
+    if (it == at->end()) return std::nullopt;
+    at = &*it;
+  }
+  if (!at->is_number()) return std::nullopt;
+  return at->get<double>();
+}
 
 EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress) {
   if (req.gate.any() && req.baseline.empty())
@@ -77,8 +101,10 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   const std::vector<Span> spans = make_spans(*tok, text, p, max_ctx, req.text);
   EvalRun run;
   run.result = evaluate(*model, base.get(), spans, p, pool, progress);
+  run.result.nonfinite_weight = rt::find_nonfinite_weight(*model, pool);
+  if (base) run.result.base_nonfinite_weight = rt::find_nonfinite_weight(*base, pool);
   run.failures = check_gate(req.gate, run.result);
-  run.report = report(req, run.result, run.failures);
+  run.report = eval_report(req, run.result, run.failures);
   return run;
 }
 

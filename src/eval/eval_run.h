@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,21 @@ struct EvalRun {
 };
 
 // Usage error for gate bounds without a baseline; InvalidInput when the
-// baseline's tokenizer differs. progress(done, total) counts spans.
+// baseline's tokenizer differs. Both models' weights are checked for NaN and
+// infinities (a measurement problem, see measurement_problems). progress(done,
+// total) counts spans.
 EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The JSON report of a measurement (eval --json's keys; what batch records
+// and quantization_report.json's "evaluation" hold). A number that is NaN or
+// infinite is written as null, since JSON has neither; "valid" is false and
+// "problems" says which one.
+nlohmann::ordered_json eval_report(const EvalRequest& req, const EvalResult& r, const std::vector<std::string>& failures);
+
+// A number of such a report, read back: the value at keys ("ppl"; "kld",
+// "mean"), or nullopt when it is missing, null (not finite when measured) or
+// not a number. Readers use this instead of get<double>(), which throws on
+// null.
+std::optional<double> report_number(const nlohmann::ordered_json& report, std::initializer_list<const char*> keys);
 
 }  // namespace qf::eval

@@ -255,6 +255,8 @@ std::vector<std::string> measurement_problems(const EvalResult& r) {
   auto count = [&](int64_t n, const char* who) {
     p.push_back(std::to_string(n) + " of " + std::to_string(r.tokens_scored) + " scored tokens have NaN or infinite logits in the " + who);
   };
+  if (!r.nonfinite_weight.empty()) p.push_back("the evaluated model has a non-finite weight: " + r.nonfinite_weight);
+  if (!r.base_nonfinite_weight.empty()) p.push_back("the baseline has a non-finite weight: " + r.base_nonfinite_weight);
   if (r.tokens_scored <= 0) p.push_back("no token was scored");
   if (r.nonfinite_tokens > 0) count(r.nonfinite_tokens, "evaluated model");
   if (r.base_nonfinite_tokens > 0) count(r.base_nonfinite_tokens, "baseline");

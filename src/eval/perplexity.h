@@ -76,11 +76,18 @@ struct EvalResult {
   double base_seconds = 0;
   // Scored positions whose logits hold a NaN or an infinity (model, baseline).
   int64_t nonfinite_tokens = 0, base_nonfinite_tokens = 0;
+  // The first NaN or infinite weight of the model and of the baseline
+  // (rt::find_nonfinite_weight), "" when every weight is finite or the
+  // weights were not checked. Such a weight can leave every logit finite (a
+  // NaN router loses every top-k comparison, so its experts are simply never
+  // chosen), so finite logits alone do not make a measurement valid.
+  std::string nonfinite_weight, base_nonfinite_weight;
 };
 
-// Why the numbers of `r` mean nothing, one sentence each: non-finite logits,
-// a non-finite perplexity, KL divergence or ratio, no token scored. Empty when
-// the measurement is valid. A gate never passes an invalid measurement.
+// Why the numbers of `r` mean nothing, one sentence each: a non-finite
+// weight in the model or the baseline, non-finite logits, a non-finite
+// perplexity, KL divergence or ratio, no token scored. Empty when the
+// measurement is valid. A gate never passes an invalid measurement.
 std::vector<std::string> measurement_problems(const EvalResult& r);
 
 // Scores the spans with `model` and, when given, `baseline` on the same

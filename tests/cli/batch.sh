@@ -2,14 +2,25 @@
 # job; deleting one output re-runs only it; a changed gate re-runs only the
 # evaluation; shards (--shard I/N, Slurm and Kubernetes variables) are
 # disjoint and cover the list; concurrent runs over the same list run each
-# job once; a failing job does not stop the others; kill -9 during a GPTQ
-# job then --resume gives the same bytes; jobs-file errors name FILE:LINE:COL.
+# job once; a failing job does not stop the others; SIGTERM records the
+# running job as interrupted; kill -9 during a GPTQ job then --resume gives
+# the same bytes; jobs-file errors name FILE:LINE:COL; outputs inside a
+# model folder and contradictory shard flags are refused.
 source "$(dirname "$0")/lib.sh"
 JOBS="$SRC/tests/data/batch/example.yaml"
 D="$SRC/tests/data"
 
+# The example's jobs run with lighter calibration (4 samples of 128 tokens
+# instead of 16 of 256): the same jobs, ids and checks at half the cost.
+# The shipped file itself is parsed, planned and sliced in section 5.
+light() { sed -e 's/num_samples: 16/num_samples: 4/' -e 's/seq_len: 256/seq_len: 128/' -e "s|\.\./text/|$D/text/|" "$D/recipes/$1" >"$WORK/$1"; }
+light w4-gptq.yaml
+light fp8.yaml
+sed -e '/^output:/d' -e "s|\.\./recipes/|$WORK/|" -e "s|\.\./|$D/|g" "$JOBS" >"$WORK/example.yaml"
+RUN="$WORK/example.yaml"
+
 # 1. End to end.
-"$QF" batch "$JOBS" -o "$WORK/a" --threads 2 --json >"$WORK/a.json" 2>"$WORK/a.err" && ok "the example runs" || fail "the example failed: $(cat "$WORK/a.err")"
+"$QF" batch "$RUN" -o "$WORK/a" --threads 2 --json >"$WORK/a.json" 2>"$WORK/a.err" && ok "the example runs" || fail "the example failed: $(cat "$WORK/a.err")"
 $PY - "$WORK/a.json" "$WORK/a/batch-status.json" <<'PYEOF' && ok "status: 4 jobs done with sizes and evaluations" || fail "status of the example"
 import json, os, sys
 s = json.load(open(sys.argv[1]))
@@ -27,18 +38,18 @@ for g in Q4_K_M Q8_0; do
   "$QF" -q convert "$D/fixture-llama" --to gguf --type $g -o "$WORK/$g.gguf"
   cmp -s "$WORK/$g.gguf" "$WORK/a/fixture-llama/$g.gguf" && ok "$g equals convert's output" || fail "$g differs from convert's output"
 done
-"$QF" -q quantize "$D/fixture-llama" --recipe "$D/recipes/w4-gptq.yaml" -o "$WORK/gptq" >/dev/null
+"$QF" -q quantize "$D/fixture-llama" --recipe "$WORK/w4-gptq.yaml" -o "$WORK/gptq" >/dev/null
 same_output "$WORK/gptq" "$WORK/a/fixture-llama/w4a16-gptq" && ok "w4a16-gptq equals quantize's output" || fail "w4a16-gptq differs from quantize's output"
 
 # 2. Re-running skips everything and touches nothing.
 before=$(stat -c %Y "$WORK/a/fixture-llama/Q8_0.gguf")
-"$QF" batch "$JOBS" -o "$WORK/a" 2>"$WORK/b.err"
+"$QF" batch "$RUN" -o "$WORK/a" 2>"$WORK/b.err"
 [[ $(grep -c "done before, skipped" "$WORK/b.err") -eq 4 ]] && ok "a re-run skips all 4 jobs" || fail "re-run: $(cat "$WORK/b.err")"
 [[ $(stat -c %Y "$WORK/a/fixture-llama/Q8_0.gguf") == "$before" ]] && ok "outputs untouched" || fail "an output was rewritten"
 
 # 3. Deleting one output re-runs only that job.
 rm "$WORK/a/fixture-llama/Q8_0.gguf"
-"$QF" batch "$JOBS" -o "$WORK/a" 2>"$WORK/c.err"
+"$QF" batch "$RUN" -o "$WORK/a" 2>"$WORK/c.err"
 if [[ $(grep -c ": done in " "$WORK/c.err") -eq 1 ]] && grep -q "Q8_0: done in" "$WORK/c.err" && grep -q "is missing" "$WORK/c.err"; then
   ok "deleting Q8_0.gguf re-runs only that job"
 else
@@ -47,12 +58,12 @@ fi
 cmp -s "$WORK/Q8_0.gguf" "$WORK/a/fixture-llama/Q8_0.gguf" && ok "the re-run Q8_0 is identical" || fail "the re-run Q8_0 differs"
 # A damaged folder output (a file removed) is re-run too.
 rm "$WORK/a/fixture-llama/fp8/config.json"
-"$QF" batch "$JOBS" -o "$WORK/a" 2>"$WORK/c2.err"
+"$QF" batch "$RUN" -o "$WORK/a" 2>"$WORK/c2.err"
 [[ $(grep -c ": done in " "$WORK/c2.err") -eq 1 ]] && grep -q "fp8: done in" "$WORK/c2.err" && ok "a folder missing a file re-runs" || fail "damaged folder: $(cat "$WORK/c2.err")"
 
 # 4. A changed gate re-evaluates without re-quantizing; a failing gate fails
 #    only its job, the others still run, and the exit code is 10.
-sed -e 's|max_kld: 0.5|max_kld: 0.003|' -e "s|\.\./|$D/|g" "$JOBS" >"$WORK/gate.yaml"
+sed -e 's|max_kld: 0.5|max_kld: 0.003|' "$RUN" >"$WORK/gate.yaml"
 rc=0
 "$QF" batch "$WORK/gate.yaml" -o "$WORK/a" 2>"$WORK/d.err" || rc=$?
 n_eval=$(grep -c "the output is up to date; evaluating only" "$WORK/d.err" || true)
@@ -90,14 +101,19 @@ c=$(JOB_COMPLETION_INDEX=1 "$QF" batch "$JOBS" -o "$WORK/p" --shards 3 --dry-run
 expect_exit 2 "JOB_COMPLETION_INDEX is set .*give --shards N" -- env JOB_COMPLETION_INDEX=0 "$QF" batch "$JOBS" -o "$WORK/p" --dry-run
 expect_exit 2 "shard 3 of 3 does not exist" -- "$QF" batch "$JOBS" -o "$WORK/p" --shard 3/3 --dry-run
 expect_exit 2 "--shard: expected I/N" -- "$QF" batch "$JOBS" -o "$WORK/p" --shard 2 --dry-run
+expect_exit 2 "--shard: expected I/N .*got ''" -- "$QF" batch "$JOBS" -o "$WORK/p" --shard "" --dry-run
+expect_exit 2 "--shard 1/2 and --shards 5 do not go together" -- "$QF" batch "$JOBS" -o "$WORK/p" --shard 1/2 --shards 5 --dry-run
+# An output folder inside a model folder (its outputs would change the
+# model's files and every job's fingerprint) is refused before any work.
+expect_exit 5 "fixture-llama/out, inside the model folder .*fixture-llama \(.*example.yaml:8:5\)" -- "$QF" batch "$JOBS" -o "$D/fixture-llama/out" --dry-run
 "$QF" batch "$WORK/gate.yaml" -o "$WORK/a" --dry-run >"$WORK/dry.txt"
 grep -q "fixture-llama/Q8_0 .* done" "$WORK/dry.txt" && grep -q "disk (est)" "$WORK/dry.txt" && ok "--dry-run shows estimates and what is done" || fail "dry run: $(cat "$WORK/dry.txt")"
 
 # 6. Two processes over the same list at once (the slicing "changed" to
 #    overlap completely): the job locks make each job run once.
-"$QF" batch "$JOBS" -o "$WORK/c" --threads 1 2>"$WORK/c1.err" &
+"$QF" batch "$RUN" -o "$WORK/c" --threads 1 2>"$WORK/c1.err" &
 p1=$!
-"$QF" batch "$JOBS" -o "$WORK/c" --threads 1 2>"$WORK/c2.err" &
+"$QF" batch "$RUN" -o "$WORK/c" --threads 1 2>"$WORK/c2.err" &
 p2=$!
 wait $p1 && wait $p2 && ok "two concurrent runs succeed" || fail "concurrent runs: $(cat "$WORK/c1.err" "$WORK/c2.err")"
 runs=$(cat "$WORK/c1.err" "$WORK/c2.err" | grep -c ": done in " || true)
@@ -106,21 +122,36 @@ for o in Q4_K_M.gguf Q8_0.gguf w4a16-gptq fp8; do
   same_output "$WORK/a/fixture-llama/$o" "$WORK/c/fixture-llama/$o" || fail "$o differs after concurrent runs"
 done
 
-# 7. kill -9 during the GPTQ job, then batch --resume: the job goes on from
-#    its last finished layer and the output is the same.
+# 7. SIGTERM during the GPTQ job: the job is recorded as interrupted before
+#    the process ends. Then kill -9 during a --resume of it, and batch
+#    --resume again: the job goes on from its last finished layer and the
+#    output is the same.
 cat >"$WORK/g.yaml" <<YAML
 models:
   - path: $D/fixture-llama
 targets:
-  - recipe: $D/recipes/w4-gptq.yaml
+  - recipe: $WORK/w4-gptq.yaml
 YAML
-"$QF" batch "$WORK/g.yaml" -o "$WORK/k" --threads 1 >/dev/null 2>&1 &
-kp=$!
-t=0
 ks="$WORK/k/fixture-llama/.w4-gptq.resume/state.json"
-while ! grep -q '"layers_done": 2$' "$ks" 2>/dev/null && ((t < 12000)) && kill -0 $kp 2>/dev/null; do sleep 0.01; t=$((t + 1)); done
-kill -9 $kp 2>/dev/null || true
-wait $kp 2>/dev/null || true
+kill_at() {  # kill_at SIGNAL LAYERS ARGS...: runs batch ARGS, sends SIGNAL once LAYERS layers are saved; prints the exit status
+  local sig=$1 n=$2 t=0 rc=0
+  shift 2
+  "$QF" batch "$@" >/dev/null 2>&1 &
+  local kp=$!
+  while ! grep -q "\"layers_done\": $n\$" "$ks" 2>/dev/null && ((t < 12000)) && kill -0 $kp 2>/dev/null; do sleep 0.01; t=$((t + 1)); done
+  kill -s "$sig" $kp 2>/dev/null || true
+  wait $kp 2>/dev/null || rc=$?
+  echo $rc
+}
+rc=$(kill_at TERM 1 "$WORK/g.yaml" -o "$WORK/k" --threads 1)
+$PY - "$WORK/k/batch-status.json" <<'PYEOF' && [[ $rc -eq 143 ]] && ok "SIGTERM: exit 143, batch-status.json says interrupted" || fail "after SIGTERM (exit $rc): $(cat "$WORK/k/batch-status.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["summary"]["interrupted"] == 1 and s["summary"]["running"] == 0, s["summary"]
+j = s["jobs"][0]
+assert j["status"] == "interrupted" and "signal" in j["error"] and j["finished"], j
+PYEOF
+rc=$(kill_at KILL 2 "$WORK/g.yaml" -o "$WORK/k" --threads 1 --resume)
 "$QF" batch "$WORK/g.yaml" -o "$WORK/k" --dry-run >"$WORK/k.dry"
 grep -q "to run (interrupted)" "$WORK/k.dry" && ok "the killed job shows as interrupted" || fail "dry run after kill -9"
 "$QF" batch "$WORK/g.yaml" -o "$WORK/k" --resume 2>"$WORK/k.err"

@@ -1,13 +1,14 @@
 # `quantforge batch` on a real Slurm cluster: one node with 2 CPUs (munged,
 # slurmctld and slurmd started here as root with a minimal slurm.conf, state
 # and spool under a temporary folder, stopped by pid at the end). An array job
-# of 3 tasks runs the example jobs file; each task takes its shard from
+# of 3 tasks runs the example jobs file (with lighter calibration: 4 samples
+# of 128 tokens instead of 16 of 256); each task takes its shard from
 # SLURM_ARRAY_TASK_ID/COUNT. The union of their outputs must equal a serial
 # run byte for byte, and each job must have run exactly once.
 # Skips (exit 77) where the daemons cannot start: not root, Slurm or munge
 # not installed, or the node never comes up.
 source "$(dirname "$0")/lib.sh"
-JOBS="$SRC/tests/data/batch/example.yaml"
+D="$SRC/tests/data"
 
 skip() {
   echo "skipped: $*"
@@ -21,6 +22,12 @@ done
 T="$WORK/slurm"
 mkdir -p "$T/state" "$T/spool"
 chmod 755 "$WORK" "$T"
+# The example's jobs, ids and shards; its recipes calibrate on fewer tokens.
+light() { sed -e 's/num_samples: 16/num_samples: 4/' -e 's/seq_len: 256/seq_len: 128/' -e "s|\.\./text/|$D/text/|" "$D/recipes/$1" >"$WORK/$1"; }
+light w4-gptq.yaml
+light fp8.yaml
+sed -e '/^output:/d' -e "s|\.\./recipes/|$WORK/|" -e "s|\.\./|$D/|g" "$D/batch/example.yaml" >"$WORK/example.yaml"
+JOBS="$WORK/example.yaml"
 pids=()
 stop_daemons() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
