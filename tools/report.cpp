@@ -1,9 +1,13 @@
-// quantforge report PATH... -o OUT
+// quantforge report PATH... -o OUT [--force]
 // Perplexity- and KL-versus-size chart of several quantized outputs of one
-// model. The drawing is matplotlib's (Debian's python3-matplotlib), through
-// the Python package's quantforge.chart (qf.report()), which this command runs with
-// Debian's /usr/bin/python3: a well-kept plotting library instead of a
-// hand-made PNG writer, and the same code as qf.report() in notebooks.
+// model. The inputs are read and validated here (eval/report_input.h) and the
+// output folder is checked before anything starts, so a bad input or output
+// is one line with its exit code; the Python side reads them with the same
+// C++ parser and only draws. The drawing is matplotlib's (Debian's
+// python3-matplotlib), through the Python package's quantforge.chart
+// (qf.report()), which this command runs with Debian's /usr/bin/python3: a
+// well-kept plotting library instead of a hand-made PNG writer, and the same
+// code as qf.report() in notebooks.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +19,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "eval/report_input.h"
 
 namespace qf::cli {
 namespace {
@@ -30,15 +35,18 @@ fs::path python_package_dir() {
   return exe.parent_path().parent_path() / "python";
 }
 
-void run_report(const std::vector<std::string>& paths, const std::string& out) {
+void run_report(const std::vector<std::string>& paths, const std::string& out, bool force) {
+  const eval::ReportInputs inputs = eval::load_report_inputs(paths);
+  eval::check_report_output(out, inputs.read, force, "-o");
   const fs::path pkg = python_package_dir();
   if (pkg.empty() || !fs::exists(pkg / "quantforge" / "chart.py"))
     throw unsupported("report", "the Python package is not at " + (pkg / "quantforge").string() +
                                     " (build with QF_PYTHON=ON, or set QF_PYTHONPATH to its parent folder)");
-  std::vector<std::string> args = {"/usr/bin/python3", "-m", "quantforge.chart"};
+  // "--output=OUT" and "--" before the paths: a name that starts with '-' stays a name.
+  std::vector<std::string> args = {"/usr/bin/python3", "-m", "quantforge.chart", "--output=" + out};
+  if (force) args.push_back("--force");
+  args.push_back("--");
   args.insert(args.end(), paths.begin(), paths.end());
-  args.push_back("-o");
-  args.push_back(out);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -69,11 +77,13 @@ void run_report(const std::vector<std::string>& paths, const std::string& out) {
 void register_report(CLI::App& app) {
   auto paths = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "report", "Perplexity- and KL-versus-size chart (PNG + HTML) of quantize outputs and eval JSONs of one model");
   cmd->add_option("paths", *paths, "quantize output folders (evaluated with --eval) and eval --json files")->required();
   cmd->add_option("-o,--output", *out, "folder for chart.png, index.html and report.json")->required();
-  cmd->callback([paths, out] { run_report(*paths, *out); });
+  cmd->add_flag("--force", *force, "replace chart.png, index.html and report.json in an existing output folder");
+  cmd->callback([paths, out, force] { run_report(*paths, *out, *force); });
 }
 
 }  // namespace qf::cli

@@ -6,85 +6,63 @@ Inputs, any mix of:
   - eval JSON files (`quantforge eval --baseline ... --json F`, or
     evaluate()'s dict saved as JSON), e.g. of GGUF files: the size is that of
     the evaluated model's files.
-Each needs a baseline comparison (perplexity and KL against the same
-reference); the reference itself is drawn as one more point.
+Each needs a valid evaluation with a baseline comparison (perplexity and KL
+against the same reference, on the same text and the same number of tokens);
+the reference itself is drawn as one more point. The inputs are read and
+validated by the C++ library (eval/report_input.h), the same parser as the
+CLI's, which also checks the output folder: never an input nor inside one, and
+existing report files only replaced with force. This module only draws.
 
 Writes OUT/chart.png (matplotlib, Debian's python3-matplotlib, Agg backend: no
-display needed) and OUT/index.html (the chart and a table of the numbers), and
-returns the rows. Run as `python3 -m quantforge.chart PATH... -o OUT` (the
-CLI's `quantforge report` does that).
+display needed), OUT/index.html (the chart and a table of the numbers) and
+OUT/report.json (the rows), and returns the rows. Run as
+`python3 -m quantforge.chart PATH... -o OUT [--force]` (the CLI's
+`quantforge report` does that).
 """
 
 import html
 import json
 import os
+import secrets
 import sys
 
 
 class ReportError(Exception):
-    pass
+    """Not raised: bad inputs and outputs are quantforge.Error subclasses (InvalidInput, NotFound,
+    IoError, UsageError). A name that callers may still catch."""
 
 
-def _model_bytes(path):
-    """Bytes of a model: a file's size, or a folder's weight files."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    if not os.path.isdir(path):
-        raise ReportError(f"{path}: no such model file or folder (needed for its size)")
-    total = 0
-    for name in os.listdir(path):
-        if name.endswith((".safetensors", ".gguf", ".bin")):
-            total += os.path.getsize(os.path.join(path, name))
-    if total == 0:
-        raise ReportError(f"{path}: no weight files (.safetensors, .gguf) to size")
-    return total
+def _rows(paths, out, force):
+    """The validated rows, from the C++ parser that `quantforge report` uses; checks `out` too."""
+    from ._quantforge import _report_rows
+
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    # bytes: the file system's own names, whatever their encoding
+    got = _report_rows([os.fsencode(p) for p in paths], os.fsencode(out), force)
+    return got["reference"], got["outputs"]
 
 
-def _row_from_eval(name, ev, size_path):
-    if not ev.get("valid", False):
-        raise ReportError(f"{name}: the evaluation is not valid ({'; '.join(ev.get('problems', []))})")
-    if "baseline" not in ev or "kld" not in ev:
-        raise ReportError(f"{name}: the evaluation has no baseline comparison (evaluate with a baseline)")
-    return {"name": name, "bytes": _model_bytes(size_path), "ppl": ev["ppl"], "kld": ev["kld"]["mean"],
-            "top1": ev.get("top1_agreement"), "baseline_model": ev["baseline"]["model"],
-            "baseline_ppl": ev["baseline"]["ppl"], "text": ev.get("text"), "tokens": ev.get("tokens_scored")}
+def _write_atomic(out, name, write):
+    """write(path) into a temporary file beside out/name, then renamed over it: an interrupted
+    run leaves the old file or the new one, never half of one."""
+    tmp = os.path.join(out, f".{name}.tmp.{os.getpid()}.{secrets.token_hex(4)}")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+    try:
+        write(tmp)
+        os.replace(tmp, os.path.join(out, name))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
-def load(path):
-    """One row: name, bytes, ppl, kld, top1, baseline_model, baseline_ppl, text, tokens."""
-    if os.path.isdir(path):
-        rp = os.path.join(path, "quantization_report.json")
-        if not os.path.exists(rp):
-            raise ReportError(f"{path}: no quantization_report.json (not a quantize output?)")
-        rep = json.load(open(rp, encoding="utf-8"))
-        if not rep.get("evaluation"):
-            raise ReportError(f"{path}: the report has no evaluation (quantize with --eval TEXT)")
-        row = _row_from_eval(os.path.basename(os.path.normpath(path)), rep["evaluation"], path)
-        row["label"] = f"{rep['method']} {rep['linears'][0]['weights'] if rep['linears'] else ''}".strip()
-        return row
-    if os.path.isfile(path) and path.endswith(".json"):
-        ev = json.load(open(path, encoding="utf-8"))
-        if "ppl" not in ev or "model" not in ev:
-            raise ReportError(f"{path}: not an eval JSON (no 'ppl' and 'model')")
-        row = _row_from_eval(os.path.basename(ev["model"].rstrip("/")), ev, ev["model"])
-        row["label"] = os.path.basename(ev["model"].rstrip("/"))
-        return row
-    raise ReportError(f"{path}: expected a quantize output folder or an eval .json file")
-
-
-def render(paths, out):
-    """Loads every path, checks they share one baseline and one text, draws the chart."""
-    if not paths:
-        raise ReportError("no inputs")
-    rows = [load(p) for p in paths]
-    bases = {(r["baseline_model"], r["text"]) for r in rows}
-    if len(bases) != 1:
-        raise ReportError("the inputs were evaluated against different baselines or texts: " +
-                          ", ".join(f"{b} on {t}" for b, t in sorted(bases)))
-    base_model, text = bases.pop()
-    base = {"name": os.path.basename(base_model.rstrip("/")) + " (reference)", "label": "reference",
-            "bytes": _model_bytes(base_model), "ppl": rows[0]["baseline_ppl"], "kld": 0.0, "top1": 1.0}
-    rows.sort(key=lambda r: r["bytes"])
+def render(paths, out, force=False):
+    """Reads every path (the C++ parser validates each and checks that they share one baseline, one
+    text and one token count; `out` must not be or lie in an input, and its files must not exist
+    unless `force`), then draws the chart. Returns the reference's row and the outputs' rows."""
+    base, rows = _rows(paths, out, force)
+    out = os.fsdecode(out)
+    base_model, text = rows[0]["baseline_model"], rows[0]["text"]
     os.makedirs(out, exist_ok=True)
 
     import matplotlib
@@ -103,14 +81,14 @@ def render(paths, out):
         a2.annotate(r["name"], (x, r["kld"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     a1.set(xlabel="size (MiB)", ylabel="perplexity", title="perplexity vs size")
     a2.set(xlabel="size (MiB)", ylabel="mean KL divergence vs reference", title="KL divergence vs size")
-    a2.set_yscale("log")
+    if any(r["kld"] > 0 for r in rows):  # a log scale of nothing but zeros (a copy of the reference) warns
+        a2.set_yscale("log")
     a1.legend(fontsize=8)
     for a in (a1, a2):
         a.grid(alpha=0.3)
     fig.suptitle(f"{os.path.basename(base_model.rstrip('/'))} on {os.path.basename(text or '')}", fontsize=10)
     fig.tight_layout()
-    png = os.path.join(out, "chart.png")
-    fig.savefig(png, dpi=110)
+    _write_atomic(out, "chart.png", lambda p: fig.savefig(p, dpi=110, format="png"))
     plt.close(fig)
 
     def top1(r):
@@ -128,25 +106,41 @@ def render(paths, out):
 <img src="chart.png" alt="perplexity and KL divergence versus size">
 <table><tr><th>output</th><th>method</th><th>MiB</th><th>perplexity</th><th>mean KLD</th><th>top-1</th></tr>{cells}</table>
 """
-    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as f:
-        f.write(page)
-    with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as f:
-        json.dump({"reference": base, "outputs": rows}, f, indent=1)
+
+    def write_text(contents):
+        def write(path):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(contents)
+        return write
+
+    _write_atomic(out, "index.html", write_text(page))
+    # allow_nan=False: JSON has no NaN or infinity (the parser let none through)
+    _write_atomic(out, "report.json", write_text(json.dumps({"reference": base, "outputs": rows}, indent=1,
+                                                            allow_nan=False)))
     return [base] + rows
+
+
+# quantforge.Error subclasses: the kind the CLI prints and its exit code (README.md).
+_KINDS = {"UsageError": ("usage error", 2), "InvalidInput": ("invalid input", 3), "Unsupported": ("unsupported", 4),
+          "IoError": ("i/o error", 5), "NotFound": ("not found", 6)}
 
 
 def main(argv=None):
     import argparse
 
+    from . import Error
+
     p = argparse.ArgumentParser(prog="quantforge report", description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", help="quantize output folders and eval .json files")
     p.add_argument("-o", "--output", required=True, help="folder for chart.png, index.html and report.json")
+    p.add_argument("--force", action="store_true", help="replace the report files of an existing output folder")
     a = p.parse_args(argv)
     try:
-        rows = render(a.paths, a.output)
-    except ReportError as e:
-        print(f"quantforge: invalid input: {e}", file=sys.stderr)
-        return 3
+        rows = render(a.paths, a.output, force=a.force)
+    except Error as e:
+        kind, code = _KINDS.get(type(e).__name__, ("internal error", 1))
+        print(f"quantforge: {kind}: {e}", file=sys.stderr)
+        return code
     except OSError as e:
         print(f"quantforge: i/o error: {e}", file=sys.stderr)
         return 5
