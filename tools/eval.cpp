@@ -66,6 +66,7 @@ void run_eval(const EvalOpts& o) {
   eval::EvalRequest req;
   req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.kv = o.kv, req.device = o.device;
   req.gate = eval::Gate{o.max_delta, o.max_ratio, o.max_kld};
+  eval::check_gate_bounds(req.gate, eval::GateBoundNames::flags());  // the flags' checks apply the same rule
   if (req.gate.any() && o.baseline.empty())
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
   req.ppl.mode = eval::parse_ppl_mode(o.mode);
@@ -114,11 +115,11 @@ void register_eval(CLI::App& app) {
   cmd->add_flag("--keep-tail", o->keep_tail, "windows: also score the last, shorter window");
   cmd->add_option("--baseline", o->baseline, "a reference model (same vocabulary) run on the same tokens");
   cmd->add_option("--max-ppl-delta", o->max_delta, "gate: fail (exit 10) if ppl - baseline ppl exceeds D")
-      ->check(finite_number());
+      ->check(gate_bound(eval::GateBound::PplDelta));
   cmd->add_option("--max-ppl-ratio", o->max_ratio, "gate: fail (exit 10) if ppl / baseline ppl exceeds R")
-      ->check(finite_at_least(0, true));
+      ->check(gate_bound(eval::GateBound::PplRatio));
   cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K")
-      ->check(finite_at_least(0, false));
+      ->check(gate_bound(eval::GateBound::Kld));
   cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
   cmd->add_option("--json", o->json_out, "write the report as JSON to this file (a pipe or /dev/stdout is written through)");
   add_threads_option(cmd, o->threads);

@@ -86,6 +86,17 @@ CLI::Validator finite_number() {
       "NUMBER");
 }
 
+CLI::Validator gate_bound(eval::GateBound b) {
+  const std::string rule = eval::gate_bound_rule(b);
+  return CLI::Validator(
+      [b, rule](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_number(s, v) || !eval::gate_bound_valid(b, v)) return rule + ", got '" + s + "'";
+        return {};
+      },
+      b == eval::GateBound::PplDelta ? "NUMBER" : b == eval::GateBound::PplRatio ? "NUMBER > 0" : "NUMBER >= 0");
+}
+
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads, "threads (default: QF_THREADS or all cores)")
       ->check(int_range(1, ThreadPool::max_threads()));

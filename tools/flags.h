@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "device/device.h"
+#include "eval/gate_bounds.h"
 
 namespace qf::cli {
 
@@ -20,6 +21,8 @@ CLI::Validator int_at_least(int64_t lo);
 CLI::Validator finite_at_least(double lo, bool strict, double hi = 0, bool has_hi = false);
 // Any finite number.
 CLI::Validator finite_number();
+// An evaluation gate bound, by the library's rule (eval/gate_bounds.h).
+CLI::Validator gate_bound(eval::GateBound b);
 
 // Adds --threads (an integer from 1 to ThreadPool::max_threads(); absent:
 // QF_THREADS or every core) to `cmd`, stored in `threads` (0 when absent).

@@ -1,11 +1,17 @@
-"""Type stubs and documentation of the quantforge module."""
+"""Type stubs and documentation of the quantforge module.
+
+Threads: every call may run on several threads at once. A Model loads its runtime once (other
+threads wait for that load) and then runs logits/generate concurrently, each call with its own
+state; a Tokenizer is read-only; progress= applies to its own call only. Paths are str, bytes
+or os.PathLike, as os.fsencode gives them to the file system.
+"""
 
 import os
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
-PathLike = Union[str, os.PathLike]
+PathLike = Union[str, bytes, os.PathLike]
 
 __version__: str
 
@@ -47,7 +53,8 @@ def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = Non
     """Perplexity of `model` on the UTF-8 file `text`: `quantforge eval --json`'s keys.
 
     With `baseline`, also KL divergence and top-1 agreement against it on the same
-    tokens. Gate bounds are reported under "gate" ({"passed": bool, "failures": [...]}).
+    tokens. Gate bounds are reported under "gate" ({"passed": bool, "failures": [...]}); they must
+    be finite (max_ppl_ratio > 0, max_kld >= 0), else UsageError: a NaN bound would pass anything.
     "valid" is False (with "problems") when the measurement cannot be trusted.
     ctx=0 takes the mode's default (512 for chunks and lines, 2048 for windows).
     device: where the forward passes run: "cpu" (the runtime), "cuda", "auto" or "host" (the
@@ -101,7 +108,7 @@ class QuantizeResult:
     def to_dict(self) -> Dict[str, Any]: ...
 
 def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out: PathLike,
-             calib: Union[None, PathLike, Iterable[str]] = None, threads: Optional[int] = None,
+             calib: Union[None, PathLike, List[str], Iterable[str]] = None, threads: Optional[int] = None,
              max_memory: Union[None, str, int] = None, progress: bool = True, allow_nonfinite: bool = False,
              eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0, resume: bool = False,
              device: str = "cpu") -> QuantizeResult:
@@ -110,8 +117,9 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
 
     recipe: a path, a YAML string, or a dict in llm-compressor's layout
     ({"quant_stage": {"quant_modifiers": {"GPTQModifier": {...}}}}).
-    calib: a .txt or .jsonl path, or a list of strings (one sample each);
-    None uses the recipe's calibration.dataset.
+    calib: a .txt or .jsonl path, or a list of strings (one sample each; a dict or set is a
+    UsageError, a sample with a lone surrogate InvalidInput naming calib[i]);
+    None uses the recipe's calibration.dataset. A recipe dict may nest at most 64 levels.
     max_memory: budget for calibration activations ("8G" or bytes); beyond it they spill to disk.
     eval_text: evaluate the output against `model` on this text before it is moved into place
     (result.evaluation, and the report's "evaluation"); eval_max_chunks: score only that many
@@ -123,7 +131,7 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
     device code built for the CPU; the same bytes as "cpu").
     """
 
-def report(paths: Union[PathLike, List[PathLike]], out: PathLike) -> List[Dict[str, Any]]:
+def report(paths: Union[PathLike, List[PathLike]], out: PathLike, force: bool = False) -> List[Dict[str, Any]]:
     """Perplexity- and KL-versus-size chart of several outputs of one model: quantize output folders
     (with the evaluation quantize(eval_text=...) or `quantize --eval` recorded) and eval JSON files
     (`eval --baseline ... --json`, e.g. of GGUF files). Writes out/chart.png (matplotlib),
@@ -140,7 +148,10 @@ class Tokenizer:
     def vocab_size(self) -> int: ...
 
 class Model:
-    """A model folder, cache id or .gguf file: its tensors (memory-mapped) and its runtime."""
+    """A model folder, cache id or .gguf file: its tensors (memory-mapped) and its runtime.
+
+    Safe to share between threads: the runtime is loaded once, on first use, and logits() and
+    generate() then run concurrently, each with its own KV cache (results as on one thread)."""
     def __init__(self, model: PathLike) -> None: ...
     @property
     def config(self) -> Dict[str, Any]:

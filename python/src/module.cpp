@@ -11,12 +11,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +35,7 @@
 #include "device/device.h"
 #include "eval/bench.h"
 #include "eval/eval_run.h"
+#include "eval/gate_bounds.h"
 #include "formats/gguf/gguf.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -46,6 +50,9 @@ namespace py = pybind11;
 namespace fs = std::filesystem;
 
 namespace qf::python {
+
+void register_report_bindings(py::module_& m);  // report_binding.cpp
+
 namespace {
 
 // ---- errors -----------------------------------------------------------------
@@ -53,8 +60,12 @@ namespace {
 // quantforge.Error and one subclass per ErrorKind, created at import.
 std::map<ErrorKind, py::handle> g_error_types;
 
-py::object to_python(const nlohmann::ordered_json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
-py::object to_python(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+// Strings that are not UTF-8 (a path given as bytes, say) come back with
+// U+FFFD in place of the bad bytes rather than failing the whole result.
+template <class Json>
+py::object to_python(const Json& j) {
+  return py::module_::import("json").attr("loads")(j.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
 
 // ---- threads and progress ---------------------------------------------------
 
@@ -94,28 +105,43 @@ class PyBar final : public ProgressBar {
   py::object bar_;
 };
 
-// For the duration of one call: bars through quantforge._progress, or quiet.
+// A bar that draws nothing: progress=False, or a bar made where no call of
+// this module asked for one.
+class SilentBar final : public ProgressBar {
+ public:
+  void update(uint64_t) override {}
+  void close() noexcept override {}
+};
+
+// Whether the module call running on this thread wants bars. Progress's quiet
+// flag and bar factory are process-wide, and calls on several Python threads
+// overlap: one call switching them would silence, or draw into, another's
+// bars (and restore the wrong state when the calls end out of order). So the
+// module installs one factory, once, that asks the creating thread instead.
+thread_local bool t_show_progress = false;
+
+std::unique_ptr<ProgressBar> make_bar(const std::string& label, uint64_t total, const std::string& unit) {
+  if (!t_show_progress) return std::make_unique<SilentBar>();
+  py::gil_scoped_acquire gil;
+  py::object make = py::module_::import("quantforge._progress").attr("make_bar");
+  return std::make_unique<PyBar>(make(label, total, unit));
+}
+
+// For the duration of one call on this thread: bars through
+// quantforge._progress, or none. Nests (a bar's callback may call the module).
 class ProgressScope {
  public:
-  explicit ProgressScope(bool show) : was_quiet_(Progress::quiet()) {
-    if (!show) {
-      Progress::set_quiet(true);
-      return;
-    }
-    Progress::set_quiet(false);
-    Progress::set_bar_factory([](const std::string& label, uint64_t total, const std::string& unit) {
-      py::gil_scoped_acquire gil;
-      py::object make = py::module_::import("quantforge._progress").attr("make_bar");
-      return std::unique_ptr<ProgressBar>(new PyBar(make(label, total, unit)));
-    });
+  explicit ProgressScope(bool show) : outer_(t_show_progress) {
+    static std::once_flag installed;
+    std::call_once(installed, [] { Progress::set_bar_factory(&make_bar); });
+    t_show_progress = show;
   }
-  ~ProgressScope() {
-    Progress::set_bar_factory({});
-    Progress::set_quiet(was_quiet_);
-  }
+  ~ProgressScope() { t_show_progress = outer_; }
+  ProgressScope(const ProgressScope&) = delete;
+  ProgressScope& operator=(const ProgressScope&) = delete;
 
  private:
-  bool was_quiet_;
+  bool outer_;
 };
 
 // Lets Python handle pending signals between steps that have no bar.
@@ -136,16 +162,30 @@ struct LazyBar {
   void finish() { bar.finish(); }
 };
 
-std::string path_arg(const py::object& o) { return py::str(py::module_::import("os").attr("fspath")(o)); }
-std::optional<std::string> opt_path(const py::object& o) {
+// A path argument (str, bytes or os.PathLike) as the bytes the file system
+// sees: os.fsencode, so bytes pass through unchanged and a str holding
+// undecodable bytes (surrogateescape, as os.listdir returns them) maps back
+// to them. A str that has no such bytes is a UsageError naming the argument;
+// any other type is os.fsencode's TypeError.
+std::string path_arg(const py::object& o, const char* name) {
+  py::object encoded;
+  try {
+    encoded = py::module_::import("os").attr("fsencode")(o);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_UnicodeError)) throw;
+    throw Error(ErrorKind::Usage, std::string(name) + ": not a valid file name: " + py::str(e.value()).cast<std::string>());
+  }
+  return encoded.cast<std::string>();
+}
+std::optional<std::string> opt_path(const py::object& o, const char* name) {
   if (o.is_none()) return std::nullopt;
-  return path_arg(o);
+  return path_arg(o, name);
 }
 
 // ---- commands -----------------------------------------------------------------
 
 py::object cmd_inspect(const py::object& model, const std::string& revision) {
-  const std::string m = path_arg(model);
+  const std::string m = path_arg(model, "model");
   nlohmann::json info;
   {
     py::gil_scoped_release nogil;
@@ -160,12 +200,16 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
                     bool keep_tail, std::optional<double> max_ppl_delta, std::optional<double> max_ppl_ratio,
                     std::optional<double> max_kld, std::optional<int> threads, bool progress, const std::string& device) {
   eval::EvalRequest req;
+  // A NaN or infinite bound compares false against every measurement: it
+  // would pass every model instead of gating it.
+  req.gate = eval::Gate{max_ppl_delta, max_ppl_ratio, max_kld};
+  eval::check_gate_bounds(req.gate);
   req.device = device;
   device::resolve(device, "evaluate device");
   if (threads) device::set_host_threads(*threads);
-  req.model = path_arg(model);
-  req.text = path_arg(text);
-  req.baseline = opt_path(baseline).value_or("");
+  req.model = path_arg(model, "model");
+  req.text = path_arg(text, "text");
+  req.baseline = opt_path(baseline, "baseline").value_or("");
   req.kv = kv_dtype;
   req.ppl.mode = eval::parse_ppl_mode(mode);
   if (ctx != 0 && ctx < 2) throw Error(ErrorKind::Usage, "ctx must be at least 2, got " + std::to_string(ctx));
@@ -174,7 +218,6 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
   req.ppl.max_spans = max_chunks;
   req.ppl.bos_per_line = bos_per_line;
   req.ppl.keep_tail = keep_tail;
-  req.gate = eval::Gate{max_ppl_delta, max_ppl_ratio, max_kld};
   nlohmann::ordered_json report;
   {
     ProgressScope scope(progress);
@@ -193,7 +236,7 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
 
 py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64_t batch, const std::string& kv_dtype,
                  int reps, std::optional<int> threads, const std::string& device) {
-  const std::string m = path_arg(model);
+  const std::string m = path_arg(model, "model");
   const device::Kind kind = device::resolve(device, "bench device");
   if (threads) device::set_host_threads(*threads);
   if (prompt < 1 || gen < 0 || batch < 1 || reps < 1)
@@ -217,8 +260,8 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
                    bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
                    const std::optional<std::string>& output_tensor_type,
                    const std::optional<std::string>& token_embedding_type) {
-  const std::string m = path_arg(model), o = path_arg(out);
-  const std::string im = opt_path(imatrix).value_or("");
+  const std::string m = path_arg(model, "model"), o = path_arg(out, "out");
+  const std::string im = opt_path(imatrix, "imatrix").value_or("");
   nlohmann::ordered_json j;
   std::vector<std::string> notes;
   {
@@ -255,7 +298,7 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
 py::object cmd_imatrix(const py::object& model, const py::object& text, const py::object& out, int64_t ctx, int64_t chunks,
                    bool process_output, bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
                    const std::string& device) {
-  const std::string m = path_arg(model), t = path_arg(text), o = path_arg(out);
+  const std::string m = path_arg(model, "model"), t = path_arg(text, "text"), o = path_arg(out, "out");
   const device::Kind kind = device::resolve(device, "imatrix device");
   if (threads) device::set_host_threads(*threads);
   if (ctx < 2) throw Error(ErrorKind::Usage, "ctx must be at least 2, got " + std::to_string(ctx));
@@ -279,18 +322,19 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
   return to_python(j);
 }
 
-py::object cmd_quantize(const py::object& model, const std::string& recipe_path, const py::object& out,
-                    const std::string& calib, std::optional<int> threads, uint64_t max_memory, bool allow_nonfinite,
-                    bool progress, const std::string& eval_text, int64_t eval_max_chunks,
+py::object cmd_quantize(const py::object& model, const py::object& recipe_path, const py::object& out,
+                    const py::object& calib, std::optional<int> threads, uint64_t max_memory, bool allow_nonfinite,
+                    bool progress, const py::object& eval_text, int64_t eval_max_chunks,
                     const std::string& invocation, bool copy_calibration, bool resume, const std::string& device) {
   if (eval_max_chunks < 0) throw Error(ErrorKind::Usage, "eval_max_chunks must be >= 0");
   QuantizeJob job;
   job.device = device::resolve(device, "quantize device");
   if (threads) device::set_host_threads(*threads);
-  job.model = path_arg(model);
-  job.recipe = recipe_path;
-  job.out = path_arg(out);
-  job.calib = calib;
+  job.model = path_arg(model, "model");
+  job.recipe = path_arg(recipe_path, "recipe");
+  job.out = path_arg(out, "out");
+  job.calib = path_arg(calib, "calib");
+  const std::string text = path_arg(eval_text, "eval_text");
   job.max_memory_bytes = max_memory;
   job.allow_nonfinite = allow_nonfinite;
   job.invocation = invocation;
@@ -307,7 +351,7 @@ py::object cmd_quantize(const py::object& model, const std::string& recipe_path,
     LazyBar bar{"quantize", "layers"};
     job.on_layer = std::ref(bar);
     LazyBar eval_bar{"eval", "spans"};
-    job.eval_text = eval_text;
+    job.eval_text = text;
     job.eval_max_chunks = eval_max_chunks;
     job.eval_progress = std::ref(eval_bar);
     s = quantize_model(job, pool, [&lines](const std::string& line) {
@@ -375,7 +419,7 @@ py::array readonly_view(const char* dtype, const std::vector<int64_t>& shape, co
 class PyTokenizer {
  public:
   explicit PyTokenizer(const py::object& model) {
-    const std::string m = path_arg(model);
+    const std::string m = path_arg(model, "model");
     py::gil_scoped_release nogil;
     const fs::path p(m);
     source_ = fs::is_regular_file(p) ? p : resolve_model(m).dir;
@@ -400,7 +444,7 @@ class PyTokenizer {
 
 class PyModel {
  public:
-  explicit PyModel(const py::object& model) : arg_(path_arg(model)) {
+  explicit PyModel(const py::object& model) : arg_(path_arg(model, "model")) {
     py::gil_scoped_release nogil;
     const fs::path p(arg_);
     if (fs::is_regular_file(p) && p.extension() == ".gguf") {
@@ -546,26 +590,52 @@ class PyModel {
   std::string source() const { return source_.string(); }
 
  private:
+  // The runtime and the tokenizer are loaded on first use, once: threads
+  // that ask meanwhile wait for that load (with the GIL released, since the
+  // loading thread may need it), then share the result. After loading both
+  // are only read: rt::Model::forward is const and keeps its state in the
+  // KvCache and scratch buffers of the calling thread, so calls on several
+  // threads run at the same time.
   const rt::Model& runtime() {
-    if (!model_) {
-      py::gil_scoped_release nogil;
-      model_ = rt::load_model(arg_);
-    }
+    load(false);
     return *model_;
   }
   const Tokenizer& tokenizer() {
-    if (!tok_) {
-      py::gil_scoped_release nogil;
-      tok_ = load_tokenizer(runtime().source());
-    }
+    load(true);
     return *tok_;
+  }
+  void load(bool with_tokenizer) {
+    if (loaded_model_.load(std::memory_order_acquire) && (!with_tokenizer || loaded_tok_.load(std::memory_order_acquire)))
+      return;
+    // Reached again from the loading thread itself (a progress callback that
+    // uses this model): waiting would never end.
+    if (loader_.load() == std::this_thread::get_id())
+      throw Error(ErrorKind::Usage, "Model: used from the thread that is still loading it");
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(load_mu_);
+    struct Loader {
+      std::atomic<std::thread::id>& id;
+      explicit Loader(std::atomic<std::thread::id>& i) : id(i) { id = std::this_thread::get_id(); }
+      ~Loader() { id = std::thread::id(); }
+    } loader(loader_);
+    if (!model_) {
+      model_ = rt::load_model(arg_);
+      loaded_model_.store(true, std::memory_order_release);
+    }
+    if (with_tokenizer && !tok_) {
+      tok_ = load_tokenizer(model_->source());
+      loaded_tok_.store(true, std::memory_order_release);
+    }
   }
 
   std::string arg_;
   fs::path source_;
   std::shared_ptr<Checkpoint> checkpoint_;
   std::shared_ptr<GgufFile> gguf_;
-  std::unique_ptr<rt::Model> model_;
+  std::mutex load_mu_;
+  std::atomic<std::thread::id> loader_{};
+  std::atomic<bool> loaded_model_{false}, loaded_tok_{false};
+  std::unique_ptr<rt::Model> model_;  // set once under load_mu_, then never replaced
   std::unique_ptr<Tokenizer> tok_;
 };
 
@@ -649,4 +719,6 @@ PYBIND11_MODULE(_quantforge, m) {
       .def("logits", &PyModel::logits, py::arg("token_ids"), py::arg("threads") = py::none())
       .def("generate", &PyModel::generate, py::arg("prompt"), py::arg("n") = 32, py::arg("temperature") = 0.0f,
            py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("threads") = py::none());
+
+  register_report_bindings(m);
 }

@@ -828,3 +828,38 @@ TEST(Recipe, ResolvedTextParsesToTheSameRecipe) {
 
 }  // namespace
 }  // namespace qf
+
+namespace qf {
+namespace {
+
+// Nesting past yaml-cpp's depth limit (which keeps its recursive parser on
+// the stack) is an InvalidInput error that says so and names the file; a
+// recipe dict from Python arrives as such JSON text.
+TEST(Recipe, DeeplyNestedYamlIsInvalidInputNamingTheFile) {
+  for (const std::string& text :
+       {"quant_stage: " + std::string(100000, '[') + std::string(100000, ']') + "\n",
+        [] {
+          std::string s;
+          for (int i = 0; i < 2000; ++i) s += "{\"x\": ";
+          return s + "1" + std::string(2000, '}') + "\n";
+        }(),
+        "quant_stage:\n  " + [] {
+          std::string s;
+          for (int i = 0; i < 100000; ++i) s += "- ";
+          return s;
+        }() + "x\n"}) {
+    const Error e = parse_error(text);
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("r.yaml:", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("YAML nested too deeply"), std::string::npos) << e.what();
+  }
+  // 100 levels are only a recipe with an unknown key.
+  std::string text = "quant_stage: ";
+  for (int i = 0; i < 100; ++i) text += "{x: ";
+  text += "1" + std::string(100, '}') + "\n";
+  EXPECT_EQ(parse_error(text).kind(), ErrorKind::InvalidInput);
+  EXPECT_EQ(std::string(parse_error(text).what()).find("nested too deeply"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qf

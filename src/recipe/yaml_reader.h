@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/did_you_mean.h"
@@ -42,14 +43,21 @@ inline std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // Parses `text` (named `name` in messages, its line numbers shifted by
 // line_offset); InvalidInput "NAME:LINE:COL: YAML syntax error: ..." on failure.
+// yaml-cpp stops nesting deeper than its depth limit (which keeps its
+// recursive parser off the end of the stack) with the bare message "bad
+// file": that case is named for what it is.
 inline YAML::Node load_yaml(const std::string& text, const std::string& name, int line_offset = 0) {
+  auto where = [&](const YAML::Mark& m) {
+    if (m.is_null()) return name;
+    return name + ":" + std::to_string(m.line + 1 + line_offset) + ":" + std::to_string(m.column + 1);
+  };
   try {
     return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw invalid_input(where(e.mark), "YAML nested too deeply: lists and mappings reach the reader's limit of " +
+                                           std::to_string(e.depth()) + " levels");
   } catch (const YAML::Exception& e) {
-    std::string where = name;
-    if (!e.mark.is_null())
-      where += ":" + std::to_string(e.mark.line + 1 + line_offset) + ":" + std::to_string(e.mark.column + 1);
-    throw invalid_input(where, "YAML syntax error: " + e.msg);
+    throw invalid_input(where(e.mark), "YAML syntax error: " + e.msg);
   }
 }
 
