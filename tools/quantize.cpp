@@ -1,5 +1,7 @@
 // quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--device D] [--eval TEXT] [--json] [--resume]
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "calibration/activation_store.h"
 #include "calibration/quantize_model.h"
@@ -37,6 +39,8 @@ std::string invocation(const QuantizeOpts& o) {
   return s;
 }
 
+void print_summary(const QuantizeOpts& o, const QuantizeSummary& s);
+
 void run_quantize(const QuantizeOpts& o) {
   const device::Kind dev = resolve_device(o.device, "quantize", o.threads);
   std::unique_ptr<ThreadPool> holder;
@@ -57,7 +61,19 @@ void run_quantize(const QuantizeOpts& o) {
   job.eval_text = o.eval_text;
   job.eval_max_chunks = o.eval_chunks;
   job.device = dev;
-  const QuantizeSummary s = quantize_model(job, pool, log);
+  // What the command prints is written and flushed while the output is
+  // still staged: when stdout cannot take it (a full disk), the run fails
+  // with nothing committed rather than exiting 5 with the output in place.
+  job.before_commit = [&o](const QuantizeSummary& s) {
+    print_summary(o, s);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw io_error("standard output", std::string("write failed (") + std::strerror(errno) + "); " + o.out +
+                                            " was not written");
+  };
+  quantize_model(job, pool, log);
+}
+
+void print_summary(const QuantizeOpts& o, const QuantizeSummary& s) {
   if (o.json) {
     const std::string text = s.report.dump(2) + "\n";
     std::fwrite(text.data(), 1, text.size(), stdout);

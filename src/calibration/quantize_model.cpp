@@ -447,9 +447,10 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   write_file_atomic(stage.path() / kQuantizationReportFile, report.dump(2) + "\n");
   write_manifest(stage.path());
   for (const auto& e : fs::directory_iterator(stage.path())) sum.output_bytes += e.is_regular_file() ? e.file_size() : 0;
+  sum.report = std::move(report);
+  if (job.before_commit) job.before_commit(sum);
   stage.commit();
   state.remove();
-  sum.report = std::move(report);
   return sum;
 }
 

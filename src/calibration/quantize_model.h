@@ -18,6 +18,8 @@
 
 namespace qf {
 
+struct QuantizeSummary;
+
 struct QuantizeJob {
   std::string model;                    // HF folder or cache id (float weights)
   std::filesystem::path recipe;
@@ -53,6 +55,11 @@ struct QuantizeJob {
   // searches stay on the CPU. Not cpu: a recipe with the mse observer and
   // the tensor strategy is refused (Unsupported) before anything runs.
   device::Kind device = device::Kind::Cpu;
+  // Called with the finished summary (report included) while the output is
+  // still staged, just before it is committed under `out`; it may throw to
+  // stop the run (nothing is left under `out`). The CLI prints there, so
+  // that a failed write to stdout (`--json > /dev/full`) leaves no output.
+  std::function<void(const QuantizeSummary&)> before_commit;
 };
 
 struct QuantizedLayerRecord {

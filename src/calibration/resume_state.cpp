@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "core/io.h"
 #include "core/temporaries.h"
 #include "formats/safetensors.h"
@@ -18,7 +20,8 @@ namespace {
 
 constexpr const char* kStateFile = "state.json";
 // 2: sparse layers also hold their routers (smoothing scales them).
-constexpr int kStateVersion = 2;
+// 3: state.json lists each finished layer's file with its SHA-256.
+constexpr int kStateVersion = 3;
 constexpr const char* kLayerMeta = "qf_layer";
 
 std::string layer_stem(int64_t li) {
@@ -114,7 +117,11 @@ std::optional<DType> dense_dtype(const rt::Linear& lin) {
 fs::path ResumeState::folder_for(const fs::path& out) {
   fs::path p = out;
   if (p.filename().empty()) p = p.parent_path();
-  const std::string name = "." + p.filename().string() + ".resume";
+  // Appended piece by piece: GCC 12 misreads `"." + string` here as an
+  // overlapping copy (-Wrestrict).
+  std::string name = ".";
+  name += p.filename().string();
+  name += ".resume";
   return p.parent_path().empty() ? fs::path(name) : p.parent_path() / name;
 }
 
@@ -130,9 +137,26 @@ ResumeState::ResumeState(const fs::path& out, json fingerprint, bool resume,
   if (!lock_)
     throw io_error(out.string(), "another quantforge process is writing this output (" + holder + ", lock " +
                                      (dir_ / "lock").string() + ")");
+  try {
+    open_state(out, resume, log);
+  } catch (...) {
+    // A run that fails here has finished no layer: a folder holding only
+    // the lock is worth nothing (a saved state is kept for a later --resume).
+    bool only_lock = true;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) only_lock = only_lock && e.path().filename() == "lock";
+    if (only_lock && !ec) {
+      lock_.reset();
+      fs::remove_all(dir_, ec);
+      unregister_temporary(dir_);
+    }
+    throw;
+  }
+}
+
+void ResumeState::open_state(const fs::path& out, bool resume, const std::function<void(const std::string&)>& log) {
   const fs::path state = dir_ / kStateFile;
   int64_t saved = 0;
-  std::string why;
+  std::string why, damaged;
   if (fs::exists(state)) {
     try {
       const json j = json::parse(read_text_file(state));
@@ -146,21 +170,53 @@ ResumeState::ResumeState(const fs::path& out, json fingerprint, bool resume,
         why = "it was made for different inputs (changed: " + changed + ")";
       } else {
         saved = j.at("layers_done").get<int64_t>();
-        // Only the layers whose files are all there count.
+        const json& sums = j.at("layers");
+        if (saved < 0 || !sums.is_array() || sums.size() != static_cast<size_t>(saved))
+          throw invalid_input(state.string(), "'layers_done' and the list of layer checksums disagree");
+        // Only a prefix of layers whose files are there and hold the bytes
+        // that were written counts; the first damaged one and every layer
+        // after it run again.
         int64_t ok = 0;
-        while (ok < saved && fs::exists(dir_ / (layer_stem(ok) + ".safetensors"))) ++ok;
+        for (; ok < saved; ++ok) {
+          const fs::path file = dir_ / (layer_stem(ok) + ".safetensors");
+          const json& e = sums.at(static_cast<size_t>(ok));
+          if (e.at("file").get<std::string>() != file.filename().string())
+            throw invalid_input(state.string(), "layer " + std::to_string(ok) + " is listed under another file name");
+          const std::string want = e.at("sha256").get<std::string>();
+          if (!fs::is_regular_file(file)) {
+            damaged = file.string() + " is missing";
+            break;
+          }
+          if (sha256_file_hex(file) != want) {
+            damaged = file.string() + " does not match its SHA-256 in " + state.string();
+            break;
+          }
+          layer_sha256_.push_back(want);
+        }
         saved = ok;
       }
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // a damaged state.json: the run starts over
       why = std::string("it cannot be read (") + e.what() + ")";
+      saved = 0;
+      damaged.clear();
+      layer_sha256_.clear();
     }
   }
+  if (resume && !damaged.empty())
+    log("note: " + damaged + "; that layer and the ones after it are discarded and run again");
   if (resume && saved > 0) {
     layers_done_ = saved;
     log("resuming: " + std::to_string(saved) + " finished layer(s) restored from " + dir_.string());
+    // What follows the kept prefix (a damaged layer and its successors) goes.
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name == "lock" || name == kStateFile) continue;
+      bool kept = false;
+      for (int64_t li = 0; li < saved && !kept; ++li) kept = name == layer_stem(li) + ".safetensors";
+      if (!kept) fs::remove_all(e.path());
+    }
   } else {
+    layer_sha256_.clear();
     if (resume && fs::exists(state))
       log("note: the saved state in " + dir_.string() + " is not used: " + (why.empty() ? "no finished layer" : why) +
           "; starting over");
@@ -184,7 +240,11 @@ void ResumeState::write_state() const {
   j["format"] = "quantforge-resume";
   j["version"] = kStateVersion;
   j["fingerprint"] = fingerprint_;
-  j["layers_done"] = layers_done_;
+  json layers = json::array();
+  for (int64_t li = 0; li < layers_done_; ++li)
+    layers.push_back({{"file", layer_stem(li) + ".safetensors"}, {"sha256", layer_sha256_.at(static_cast<size_t>(li))}});
+  j["layers"] = layers;
+  j["layers_done"] = layers_done_;  // last: a watcher may look for the line that ends with it
   write_file_atomic(dir_ / kStateFile, j.dump(2) + "\n");
 }
 
@@ -262,6 +322,8 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
   }
   w.set_metadata({{kLayerMeta, meta.dump()}});
   w.finish();
+  // Read back from disk: the checksum covers the bytes a resumed run will read.
+  layer_sha256_.push_back(sha256_file_hex(dir_ / (layer_stem(li) + ".safetensors")));
   layers_done_ = li + 1;
   write_state();
   if (li == 0) unregister_temporary(dir_);
@@ -300,7 +362,8 @@ SavedLayer ResumeState::restore_layer(const ModelConfig& c, int64_t li, rt::Laye
       d.q.zeros = read_vector<int32_t>(f, d.name + ".zeros", DType::I32, true);
       d.q.g_idx = read_vector<int32_t>(f, d.name + ".g_idx", DType::I32, true);
       d.q.validate(where + ": " + d.name);
-      d.error = l.at("error").get<double>();
+      // JSON has no NaN: a non-finite error (--allow-nonfinite) was written as null.
+      d.error = l.at("error").is_null() ? std::numeric_limits<double>::quiet_NaN() : l.at("error").get<double>();
       d.seconds = l.at("seconds").get<double>();
       d.note = l.at("note").get<std::string>();
       d.expert_tokens = l.value("expert_tokens", int64_t{-1});

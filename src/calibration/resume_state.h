@@ -6,8 +6,11 @@
 //
 // The state lives beside the output, in the folder ".NAME.resume" (a fixed
 // name, so that a run on another host of a shared filesystem finds it), as
-//   state.json            {"format": "quantforge-resume", "version": 1,
-//                          "fingerprint": {...}, "layers_done": N}
+//   state.json            {"format": "quantforge-resume", "version": 3,
+//                          "fingerprint": {...},
+//                          "layers": [{"file": "layer-00000.safetensors",
+//                                      "sha256": "..."}, ...],
+//                          "layers_done": N}
 //   layer-00000.safetensors ...  one per finished layer (metadata "qf_layer")
 //   lock                   held (core/file_lock.h) while a run writes
 // Each file is replaced atomically, the layer before the count, so a kill at
@@ -53,8 +56,11 @@ class ResumeState {
 
   // Takes the lock (Io error naming `out` when another process is writing
   // it). With `resume`, a saved state whose fingerprint equals `fingerprint`
-  // is kept; any other state is discarded (log says why). Without a usable
-  // state the run starts at layer 0.
+  // is kept; any other state is discarded (log says why). Each layer file is
+  // checked against the SHA-256 recorded when it was written: the first
+  // missing or damaged one and every layer after it are discarded (log
+  // names the file) and run again. Without a usable state the run starts at
+  // layer 0.
   ResumeState(const std::filesystem::path& out, nlohmann::ordered_json fingerprint, bool resume,
               const std::function<void(const std::string&)>& log);
 
@@ -89,7 +95,10 @@ class ResumeState {
   std::optional<FileLock> lock_;
   nlohmann::ordered_json fingerprint_;
   int64_t layers_done_ = 0;  // changed by the saving thread only while a save is in flight
+  std::vector<std::string> layer_sha256_;  // of each finished layer's file, likewise
   std::future<void> pending_;
+  // The constructor's work once the lock is held.
+  void open_state(const std::filesystem::path& out, bool resume, const std::function<void(const std::string&)>& log);
   void write_state() const;
   void write_layer(int64_t li, const std::vector<rt::LayerLinearId>& ids, const std::vector<rt::RouterLinear>& routers,
                    const rt::LayerWeights& L, const std::vector<QuantizedLinearResult>& done, double seconds,

@@ -1,6 +1,7 @@
 # quantize --resume: a run killed with SIGKILL at several points (before the
 # first layer is finished, after one, after several; twice in a row) and then
-# resumed writes the same bytes as an uninterrupted run. Also: a saved state
+# resumed writes the same bytes as an uninterrupted run, also when a saved
+# layer was damaged in between (its checksum fails, it runs again). Also: a saved state
 # is used only for the same inputs, a run without --resume discards it, and
 # two runs to the same output exclude each other. AWQ on a mixture-of-experts
 # model resumes with its scaled routers.
@@ -36,13 +37,25 @@ S="$WORK/.g.resume"
 if kill_when "$S/state.json" 0 "$WORK/g" -- "$QF" quantize "$M" --recipe "$R/w4-gptq.yaml" -o "$WORK/g" --threads 1 &&
    kill_when "$S/state.json" 2 "$WORK/g" -- "$QF" quantize "$M" --recipe "$R/w4-gptq.yaml" -o "$WORK/g" --threads 1 --resume &&
    kill_when "$S/state.json" 3 "$WORK/g" -- "$QF" quantize "$M" --recipe "$R/w4-gptq.yaml" -o "$WORK/g" --threads 2 --resume; then
+  # 1000 bytes of the third saved layer flipped: its checksum no longer
+  # matches, so it and what follows are discarded and run again.
+  $PY - "$S/layer-00002.safetensors" <<'PYEOF'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+mid = len(b) // 2
+for i in range(mid, mid + 1000):
+    b[i] ^= 0xFF
+open(p, "wb").write(b)
+PYEOF
   "$QF" quantize "$M" --recipe "$R/w4-gptq.yaml" -o "$WORK/g" --threads 1 --resume --json >"$WORK/g.json" 2>"$WORK/g.err"
-  if grep -q "resuming: 3 finished layer" "$WORK/g.err" && grep -q '"resumed_layers": 3' "$WORK/g.json"; then
-    ok "the last run resumed after 3 layers"
+  if grep -q "layer-00002.safetensors does not match its SHA-256 in .*state.json; that layer and the ones after it are discarded" "$WORK/g.err" &&
+     grep -q "resuming: 2 finished layer" "$WORK/g.err" && grep -q '"resumed_layers": 2' "$WORK/g.json"; then
+    ok "the last run found the damaged layer and resumed after the 2 layers before it"
   else
-    fail "the last run did not resume after 3 layers: $(cat "$WORK/g.err")"
+    fail "the last run did not resume after 2 intact layers: $(cat "$WORK/g.err")"
   fi
-  if same_output "$WORK/ref" "$WORK/g"; then ok "GPTQ killed three times and resumed: same bytes"; else fail "GPTQ resumed output differs"; fi
+  if same_output "$WORK/ref" "$WORK/g"; then ok "GPTQ killed three times, a layer damaged, resumed: same bytes"; else fail "GPTQ resumed output differs"; fi
   [[ ! -e $S ]] && ok "the state is removed once the output is committed" || fail "the state folder is left behind"
   [[ -z $(find "$WORK" -maxdepth 1 -name '.g.tmp.*') ]] && ok "no temporary of the killed runs is left" || fail "temporaries left: $(ls -a "$WORK")"
 fi

@@ -102,6 +102,12 @@ $PY -c "import json,sys; json.load(open(sys.argv[1]))" "$WORK/stdout.json" 2>/de
 if [[ -w /dev/full ]]; then
   expect_exit 5 "--json|/dev/full.*(No space|write failed)" -- "$QF" -q bench "$fx" -p 8 -n 2 --json /dev/full
   expect_exit 5 "standard output: write failed" -- sh -c "exec \"$QF\" inspect \"$fx\" >/dev/full"
+  # quantize prints before it commits: stdout that cannot be written leaves no output.
+  expect_exit 5 "standard output: write failed.*was not written" -- \
+    sh -c "exec \"$QF\" -q quantize \"$fx\" --recipe \"$SRC/recipes/w4a16-rtn.yaml\" -o \"$WORK/full-q\" --json >/dev/full"
+  # (the finished layers stay in .full-q.resume for a --resume, as after any failure past the first layer)
+  [[ ! -e $WORK/full-q && -z $(find "$WORK" -maxdepth 1 -name '.full-q.tmp.*') ]] \
+    && ok "quantize --json >/dev/full: no output, no temporary" || fail "left after quantize >/dev/full: $(ls -a "$WORK")"
 else
   echo "skip: /dev/full is not writable here"
 fi
