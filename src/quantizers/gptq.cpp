@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quantizers/gptq_row.h"
+#include "quantizers/hessian_update.h"
 
 namespace qf {
 
@@ -18,7 +19,7 @@ namespace {
 using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Stride = Eigen::OuterStride<>;
 
-constexpr int64_t kHessianColGrain = 64;  // columns of H per task
+constexpr int64_t kHessianRowGrain = 16;  // rows of H per task (the upper triangle: earlier rows are longer)
 constexpr int64_t kRowGrain = 16;         // weight rows per GPTQ task
 
 std::string fmt_double(double v) {
@@ -112,28 +113,21 @@ void HessianAccumulator::flush(ThreadPool* pool) {
   const int64_t m = static_cast<int64_t>(pending_rows_), n = cols_;
   const double keep = static_cast<double>(n_) / static_cast<double>(n_ + m);
   n_ += m;
-  const double s = std::sqrt(2.0 / static_cast<double>(n_));
-  RowMat X(m, n);
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < n; ++c) X(r, c) = s * static_cast<double>(pending_[static_cast<size_t>(r * n + c)]);
+  const double scale = 2.0 / static_cast<double>(n_);
+  // Widened to double: every product of two activations is then exact
+  // (quantizers/hessian_update.h), and H = keep * H + 2/N X^T X takes one
+  // triangle, SIMD across columns, the same doubles at every level.
+  std::vector<double> X(pending_.begin(), pending_.end());
   pending_.clear();
   pending_rows_ = 0;
-  // h_ is symmetric, so its row-major and column-major views agree; update
-  // column blocks [c0, c1) of H: H[:, c0:c1] = keep * H[:, c0:c1] + X^T X[:, c0:c1].
-  Eigen::Map<Eigen::MatrixXd> H(h_.data(), n, n);
-  auto task = [&](const Chunk& ch) {
-    auto blk = H.middleCols(ch.begin, ch.end - ch.begin);
-    blk *= keep;
-    blk.noalias() += X.transpose() * X.middleCols(ch.begin, ch.end - ch.begin);
-  };
+  const SimdLevel level = simd_level();
+  auto task = [&](const Chunk& ch) { hessian_update_rows(h_.data(), X.data(), m, n, keep, scale, ch.begin, ch.end, level); };
   if (pool) {
-    pool->parallel_for(n, kHessianColGrain, task);
+    pool->parallel_for(n, kHessianRowGrain, task);
   } else {
-    for (const Chunk& ch : partition(n, kHessianColGrain)) task(ch);
+    for (const Chunk& ch : partition(n, kHessianRowGrain)) task(ch);
   }
-  // Exact symmetry (the two triangles come from different column blocks).
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = j + 1; i < n; ++i) H(j, i) = H(i, j);
+  mirror_upper(h_.data(), n);  // exact symmetry
 }
 
 void HessianAccumulator::finish(ThreadPool* pool) { flush(pool); }
