@@ -99,7 +99,8 @@ QF_AVX2 void asymmetric_avx2(int n, int nmax, const float* x, const float* weigh
     sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(wv[i], xv[i]));
   }
   min = select(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
-  const __m256 flat = _mm256_cmp_ps(max, min, x3 ? _CMP_LE_OQ : _CMP_EQ_OQ);
+  // Two calls: the predicate must be a constant expression (clang insists).
+  const __m256 flat = x3 ? _mm256_cmp_ps(max, min, _CMP_LE_OQ) : _mm256_cmp_ps(max, min, _CMP_EQ_OQ);
   __m256 iscale = _mm256_div_ps(_mm256_set1_ps(static_cast<float>(nmax)), _mm256_sub_ps(max, min));
   __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.f), iscale);
   auto error_term = [&](__m256 s, __m256 m, __m256 lf, int i) {
