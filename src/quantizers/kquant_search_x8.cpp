@@ -81,6 +81,32 @@ QF_AVX2_INLINE void signed_absmax(const __m256* x, int n, __m256* amax, __m256* 
   *max = m;
 }
 
+// Functions rather than lambdas: a lambda inside a target("avx2") function
+// does not inherit the target under clang, which then refuses the intrinsics.
+
+// One element's weighted error in the asymmetric search: w * |s * l + m - x|
+// (use_mad) or w * (s * l + m - x)^2.
+QF_AVX2_INLINE __m256 error_term8(__m256 s, __m256 m, __m256 lf, __m256 x, __m256 w, bool use_mad) {
+  __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(s, lf), m), x);
+  diff = use_mad ? fabs8(diff) : _mm256_mul_ps(diff, diff);
+  return _mm256_mul_ps(w, diff);
+}
+
+// The symmetric search's codes for one inverse scale, and its sums
+// sum w x l and sum w l^2.
+QF_AVX2_INLINE void fit_symmetric8(__m256 iscale, const __m256* xv, const __m256* wv, int n, __m256i lo, __m256i hi,
+                                   __m256i* Lout, __m256* sumlx, __m256* suml2) {
+  __m256 slx = _mm256_setzero_ps(), sl2 = _mm256_setzero_ps();
+  for (int i = 0; i < n; ++i) {
+    Lout[i] = clamp8(nearest8(_mm256_mul_ps(iscale, xv[i])), lo, hi);
+    const __m256 lf = _mm256_cvtepi32_ps(Lout[i]);
+    slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wv[i], xv[i]), lf));
+    sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wv[i], lf), lf));
+  }
+  *sumlx = slx;
+  *suml2 = sl2;
+}
+
 QF_AVX2 void asymmetric_avx2(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* scales,
                              float* neg_mins, float rmin, float rdelta, int nstep, bool use_mad, bool x3) {
   __m256 xv[kMaxGroup] = {}, wv[kMaxGroup] = {};  // zeroed: GCC cannot see that n >= 1 fills [0]
@@ -103,15 +129,10 @@ QF_AVX2 void asymmetric_avx2(int n, int nmax, const float* x, const float* weigh
   const __m256 flat = x3 ? _mm256_cmp_ps(max, min, _CMP_LE_OQ) : _mm256_cmp_ps(max, min, _CMP_EQ_OQ);
   __m256 iscale = _mm256_div_ps(_mm256_set1_ps(static_cast<float>(nmax)), _mm256_sub_ps(max, min));
   __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.f), iscale);
-  auto error_term = [&](__m256 s, __m256 m, __m256 lf, int i) {
-    __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(s, lf), m), xv[i]);
-    diff = use_mad ? fabs8(diff) : _mm256_mul_ps(diff, diff);
-    return _mm256_mul_ps(wv[i], diff);
-  };
   __m256 best_error = zero;
   for (int i = 0; i < n; ++i) {
     Lv[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xv[i], min))), lo, hi);
-    best_error = _mm256_add_ps(best_error, error_term(scale, min, _mm256_cvtepi32_ps(Lv[i]), i));
+    best_error = _mm256_add_ps(best_error, error_term8(scale, min, _mm256_cvtepi32_ps(Lv[i]), xv[i], wv[i], use_mad));
   }
   for (int is = 0; nstep >= 1 && is <= nstep; ++is) {
     // The scalar expression, same roundings; min is the best fit's so far.
@@ -135,7 +156,8 @@ QF_AVX2 void asymmetric_avx2(int n, int nmax, const float* x, const float* weigh
     this_min = select(this_min, zero, min_pos);
     this_scale = select(this_scale, _mm256_div_ps(sum_xl, sum_l2), min_pos);
     __m256 err = zero;
-    for (int i = 0; i < n; ++i) err = _mm256_add_ps(err, error_term(this_scale, this_min, _mm256_cvtepi32_ps(La[i]), i));
+    for (int i = 0; i < n; ++i)
+      err = _mm256_add_ps(err, error_term8(this_scale, this_min, _mm256_cvtepi32_ps(La[i]), xv[i], wv[i], use_mad));
     const __m256 take = _mm256_andnot_ps(flat, _mm256_and_ps(d_pos, _mm256_cmp_ps(err, best_error, _CMP_LT_OQ)));
     if (!_mm256_movemask_ps(take)) continue;
     for (int i = 0; i < n; ++i) Lv[i] = select(Lv[i], La[i], take);
@@ -158,25 +180,14 @@ QF_AVX2 void symmetric_avx2(int n, int nmax, const float* x, int8_t* L, float* s
   __m256 amax, max;
   signed_absmax(xv, n, &amax, &max);
   const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(kGroupMaxEps), _CMP_LT_OQ);
-  auto fit = [&](__m256 iscale, __m256i* Lout, __m256* sumlx, __m256* suml2) {
-    __m256 slx = zero, sl2 = zero;
-    for (int i = 0; i < n; ++i) {
-      Lout[i] = clamp8(nearest8(_mm256_mul_ps(iscale, xv[i])), lo, hi);
-      const __m256 lf = _mm256_cvtepi32_ps(Lout[i]);
-      slx = _mm256_add_ps(slx, _mm256_mul_ps(_mm256_mul_ps(wv[i], xv[i]), lf));
-      sl2 = _mm256_add_ps(sl2, _mm256_mul_ps(_mm256_mul_ps(wv[i], lf), lf));
-    }
-    *sumlx = slx;
-    *suml2 = sl2;
-  };
   __m256 sumlx, suml2;
-  fit(_mm256_div_ps(_mm256_set1_ps(static_cast<float>(-nmax)), max), Lv, &sumlx, &suml2);
+  fit_symmetric8(_mm256_div_ps(_mm256_set1_ps(static_cast<float>(-nmax)), max), xv, wv, n, lo, hi, Lv, &sumlx, &suml2);
   __m256 scale = select(zero, _mm256_div_ps(sumlx, suml2), _mm256_cmp_ps(suml2, zero, _CMP_NEQ_UQ));
   __m256 best = _mm256_mul_ps(scale, sumlx);
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
     const float num = -(nmax + 0.1f * is);  // the scalar expression, same roundings
-    fit(_mm256_div_ps(_mm256_set1_ps(num), max), Ln, &sumlx, &suml2);
+    fit_symmetric8(_mm256_div_ps(_mm256_set1_ps(num), max), xv, wv, n, lo, hi, Ln, &sumlx, &suml2);
     const __m256 take = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
                                       _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
     if (!_mm256_movemask_ps(take)) continue;
