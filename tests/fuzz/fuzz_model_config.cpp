@@ -6,7 +6,7 @@
 // tensors and reads quantization_config.
 #include "inspect/hf_inspect.h"
 #include "formats/hf/model_config.h"
-#include "formats/safetensors.h"
+#include "fuzz_tiny_llama.h"
 #include "fuzz_util.h"
 #include "runtime/model.h"
 
@@ -15,27 +15,7 @@ namespace {
 const std::filesystem::path& model_dir() {
   static const std::filesystem::path dir = [] {
     const std::filesystem::path d = qf::fuzz::scratch_dir() / "model_config";
-    std::filesystem::create_directories(d);
-    qf::SafetensorsWriter w(d, "model");
-    auto add = [&](const std::string& name, qf::Shape shape) {
-      std::vector<float> v(static_cast<size_t>(qf::shape_numel(shape)));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>(i % 7) + 0.5f;
-      w.add(name, qf::Tensor::from_f32(v, shape));
-    };
-    add("model.embed_tokens.weight", {16, 8});
-    const std::string p = "model.layers.0.";
-    add(p + "input_layernorm.weight", {8});
-    add(p + "post_attention_layernorm.weight", {8});
-    add(p + "self_attn.q_proj.weight", {8, 8});
-    add(p + "self_attn.k_proj.weight", {4, 8});
-    add(p + "self_attn.v_proj.weight", {4, 8});
-    add(p + "self_attn.o_proj.weight", {8, 8});
-    add(p + "mlp.gate_proj.weight", {16, 8});
-    add(p + "mlp.up_proj.weight", {16, 8});
-    add(p + "mlp.down_proj.weight", {8, 16});
-    add("model.norm.weight", {8});
-    add("lm_head.weight", {16, 8});
-    w.finish();
+    qf::fuzz::write_tiny_llama_weights(d);
     return d;
   }();
   return dir;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "fuzz_recipe_util.h"
 #include "fuzz_util.h"
 #include "recipe/recipe.h"
 
@@ -155,24 +156,10 @@ class JsonDump {
   }
 };
 
-void exercise(const qf::Recipe& r) {
-  for (const qf::ModifierSpec& m : r.modifiers) {
-    for (const auto& g : m.groups) {
-      qf::fuzz::run([&] {
-        g.weights.describe();
-        g.weights.validate(g.where, 4096);
-      });
-      if (g.input_activations) qf::fuzz::run([&] { g.input_activations->validate(g.where); });
-    }
-    if (m.kv_cache_scheme) qf::fuzz::run([&] { m.kv_cache_scheme->validate(m.where); });
-    qf::fuzz::run([&] { qf::scheme_for(m, "model.layers.0.mlp.down_proj"); });
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = JsonDump(data, size).top();
-  qf::fuzz::run([&] { exercise(qf::parse_recipe_text(text, "recipe.yaml")); });
+  qf::fuzz::run([&] { qf::fuzz::exercise_recipe(qf::parse_recipe_text(text, "recipe.yaml")); });
   return 0;
 }

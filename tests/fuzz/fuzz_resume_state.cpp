@@ -16,7 +16,7 @@
 // done is restored into the model.
 #include "calibration/resume_state.h"
 #include "core/sha256.h"
-#include "formats/safetensors.h"
+#include "fuzz_tiny_llama.h"
 #include "fuzz_util.h"
 #include "quantizers/rtn.h"
 #include "runtime/linear.h"
@@ -52,27 +52,8 @@ Fixture& fixture() {
   static Fixture fx = [] {
     Fixture f;
     f.model_dir = qf::fuzz::scratch_dir() / "resume_model";
-    fs::create_directories(f.model_dir);
-    qf::SafetensorsWriter w(f.model_dir, "model");
-    auto add = [&](const std::string& name, qf::Shape shape) {
-      std::vector<float> v(static_cast<size_t>(qf::shape_numel(shape)));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>(i % 7) + 0.5f;
-      w.add(name, qf::Tensor::from_f32(v, shape));
-    };
-    add("model.embed_tokens.weight", {16, 8});
+    qf::fuzz::write_tiny_llama_weights(f.model_dir);
     const std::string p = "model.layers.0.";
-    add(p + "input_layernorm.weight", {8});
-    add(p + "post_attention_layernorm.weight", {8});
-    add(p + "self_attn.q_proj.weight", {8, 8});
-    add(p + "self_attn.k_proj.weight", {4, 8});
-    add(p + "self_attn.v_proj.weight", {4, 8});
-    add(p + "self_attn.o_proj.weight", {8, 8});
-    add(p + "mlp.gate_proj.weight", {16, 8});
-    add(p + "mlp.up_proj.weight", {16, 8});
-    add(p + "mlp.down_proj.weight", {8, 16});
-    add("model.norm.weight", {8});
-    add("lm_head.weight", {16, 8});
-    w.finish();
     std::FILE* c = std::fopen((f.model_dir / "config.json").c_str(), "wb");
     const std::string cfg =
         R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
