@@ -107,6 +107,17 @@ expect_exit 5 "another quantforge process is writing this output" -- \
 wait "$zpid" && ok "the first run finished" || fail "the first run failed"
 same_output "$WORK/ref" "$WORK/z" && ok "the first run's output is intact" || fail "the first run's output differs"
 
+# A state that cannot be read (here state.json is a folder) is discarded
+# with a note, as a state for other inputs is: the run starts over and
+# finishes (it used to fail and leave the folder with its lock behind).
+mkdir -p "$WORK/.s.resume/state.json"
+if "$QF" quantize "$M" --recipe "$R/w4-rtn.yaml" -o "$WORK/s" --resume >/dev/null 2>"$WORK/s.err" &&
+   grep -q "is not used: it cannot be read" "$WORK/s.err" && [[ -d $WORK/s && ! -e $WORK/.s.resume ]]; then
+  ok "an unreadable state is discarded and the run finishes"
+else
+  fail "unreadable state: $(cat "$WORK/s.err")"
+fi
+
 # A run that fails before its first layer leaves no state folder.
 expect_exit 6 "" -- "$QF" quantize "$M" --recipe "$R/w4-gptq.yaml" -o "$WORK/f" --calib "$WORK/missing.txt"
 [[ ! -e $WORK/.f.resume ]] && ok "no state folder after an early failure" || fail "state folder left after an early failure"
