@@ -67,6 +67,9 @@ class QuantizeResult:
                 f"linears={self.linears}, mean_error={self.mean_error:.4g}, seconds={self.seconds:.1f})")
 
 
+# What a path argument may be: the extension encodes each as the file system does.
+_PATH_TYPES = (str, bytes, _os.PathLike)
+
 # Nesting a recipe dict may have. The deepest recipe key sits about 6 levels
 # down; far deeper structures would only exhaust the JSON encoder's recursion
 # (a RecursionError) or the YAML parser's depth limit.
@@ -115,7 +118,7 @@ def _recipe_file(recipe, folder):
 def _calib_file(calib, folder):
     if calib is None:
         return ""
-    if isinstance(calib, (str, bytes, _os.PathLike)):
+    if isinstance(calib, _PATH_TYPES):
         return calib  # a path: the extension encodes it as the file system does
     if isinstance(calib, (_abc.Mapping, _abc.Set, _abc.MappingView)):
         # Iterating a dict yields its keys; a set has no defined order, so
@@ -159,14 +162,14 @@ def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, prog
                                   eval_max_chunks=eval_max_chunks,
                                   invocation=call, resume=resume, device=device,
                                   # samples given as a list live nowhere else: the output keeps them
-                                  copy_calibration=calib is not None and not isinstance(calib, (str, bytes, _os.PathLike)))
+                                  copy_calibration=calib is not None and not isinstance(calib, _PATH_TYPES))
     d["evaluation"] = d["report"]["evaluation"]
     return QuantizeResult(d)
 
 
 def _describe(x):
     """A short stand-in for an argument in the recorded call."""
-    if isinstance(x, (str, bytes, _os.PathLike)):
+    if isinstance(x, _PATH_TYPES):
         text = _os.fsdecode(x)
         return repr(text) if "\n" not in text else "<YAML text>"
     if isinstance(x, dict):
@@ -181,9 +184,5 @@ def report(paths, out, force=False):
     inside an input."""
     from . import chart as _report_module
 
-    if isinstance(paths, (str, bytes, _os.PathLike)):
-        paths = [paths]
-    try:
-        return _report_module.render([_os.fsdecode(p) for p in paths], _os.fsdecode(out), force=force)
-    except _report_module.ReportError as e:
-        raise InvalidInput(str(e)) from None
+    # Bad inputs and outputs raise the library's errors (InvalidInput, NotFound, IoError, ...).
+    return _report_module.render(paths, out, force=force)

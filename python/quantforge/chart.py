@@ -27,11 +27,6 @@ import secrets
 import sys
 
 
-class ReportError(Exception):
-    """Not raised: bad inputs and outputs are quantforge.Error subclasses (InvalidInput, NotFound,
-    IoError, UsageError). A name that callers may still catch."""
-
-
 def _rows(paths, out, force):
     """The validated rows, from the C++ parser that `quantforge report` uses; checks `out` too."""
     from ._quantforge import _report_rows

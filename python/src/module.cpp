@@ -45,6 +45,7 @@
 #include "quantizers/kquants.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
+#include "to_python.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -59,13 +60,6 @@ namespace {
 
 // quantforge.Error and one subclass per ErrorKind, created at import.
 std::map<ErrorKind, py::handle> g_error_types;
-
-// Strings that are not UTF-8 (a path given as bytes, say) come back with
-// U+FFFD in place of the bad bytes rather than failing the whole result.
-template <class Json>
-py::object to_python(const Json& j) {
-  return py::module_::import("json").attr("loads")(j.dump(-1, ' ', false, Json::error_handler_t::replace));
-}
 
 // ---- threads and progress ---------------------------------------------------
 

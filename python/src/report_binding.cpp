@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "eval/report_input.h"
+#include "to_python.h"
 
 namespace py = pybind11;
 
@@ -19,9 +20,7 @@ void register_report_bindings(py::module_& m) {
       [](const std::vector<std::string>& paths, const std::string& out, bool force) {
         const eval::ReportInputs in = eval::load_report_inputs(paths);
         eval::check_report_output(out, in.read, force, "out");
-        // Paths named by the user may not be UTF-8: shown with U+FFFD rather than refused.
-        const std::string text = eval::report_rows_json(in).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        return py::module_::import("json").attr("loads")(text);
+        return to_python(eval::report_rows_json(in));  // a path that is not UTF-8 shows U+FFFD
       },
       py::arg("paths"), py::arg("out"), py::arg("force") = false,
       "Reads and validates the report's inputs and checks its output folder (nothing is written); returns "

@@ -7,6 +7,7 @@
 #include "core/io.h"
 #include "core/sha256.h"
 #include "core/version.h"
+#include "eval/eval_run.h"
 #include "formats/hf/resolve.h"
 
 namespace qf::batch {
@@ -17,14 +18,6 @@ using json = nlohmann::ordered_json;
 namespace {
 
 json file_hash(const fs::path& p) { return {{"sha256", sha256_file_hex(p)}}; }
-
-// A number of a record read back; null (how JSON spells a NaN or an infinity
-// that was written) and a missing key give `otherwise`.
-template <class T>
-T number_or(const json& j, const char* key, T otherwise) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->template get<T>() : otherwise;
-}
 
 }  // namespace
 
@@ -63,16 +56,19 @@ JobRecord JobRecord::from_json(const json& j) {
   r.eval_fingerprint = j.at("eval_fingerprint").get<std::string>();
   r.started = j.value("started", "");
   r.finished = j.value("finished", "");
-  r.seconds = number_or(j, "seconds", 0.0);
-  r.produce_seconds = number_or(j, "produce_seconds", 0.0);
-  r.eval_seconds = number_or(j, "eval_seconds", 0.0);
-  r.output_bytes = number_or(j, "output_bytes", uint64_t{0});
+  // eval::report_number: null (a NaN or an infinity when written) and a
+  // missing key read as no number.
+  auto number = [&j](const char* key) { return eval::report_number(j, {key}).value_or(0.0); };
+  r.seconds = number("seconds");
+  r.produce_seconds = number("produce_seconds");
+  r.eval_seconds = number("eval_seconds");
+  r.output_bytes = static_cast<uint64_t>(number("output_bytes"));
   for (const json& f : j.at("files")) r.files.emplace_back(f.at("path").get<std::string>(), f.at("bytes").get<uint64_t>());
   r.eval = j.value("eval", json());
   r.error = j.at("error").is_null() ? "" : j.at("error").get<std::string>();
-  r.exit_code = number_or(j, "exit_code", 0);
+  r.exit_code = static_cast<int>(number("exit_code"));
   r.host = j.value("host", "");
-  r.pid = number_or(j, "pid", int64_t{0});
+  r.pid = static_cast<int64_t>(number("pid"));
   r.shard = j.value("shard", "");
   r.resumed = j.value("resumed", false);
   return r;

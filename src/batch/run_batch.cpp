@@ -207,26 +207,6 @@ class RecordWriter {
   json last_ = {{"jobs", json::array()}};
 };
 
-// `p` absolute with its links resolved as far as they exist (lexically
-// normalized only when that fails).
-fs::path resolved(const fs::path& p) {
-  std::error_code ec;
-  const fs::path a = fs::absolute(p, ec).lexically_normal();
-  const fs::path c = fs::weakly_canonical(a, ec);
-  return ec ? a : c;
-}
-
-// Whether `p` is `dir` or lies under it.
-bool inside(const fs::path& p, const fs::path& dir) {
-  const fs::path a = resolved(p), d = resolved(dir);
-  auto ai = a.begin();
-  for (auto di = d.begin(); di != d.end(); ++di, ++ai) {
-    if (di->empty() && std::next(di) == d.end()) break;  // a trailing separator
-    if (ai == a.end() || *ai != *di) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 void check_outputs_outside_models(const JobsFile& f, const fs::path& out) {
@@ -237,8 +217,8 @@ void check_outputs_outside_models(const JobsFile& f, const fs::path& out) {
     std::vector<fs::path> written = {out};
     for (const ModelSpec& n : f.models) written.push_back(out / n.name);
     for (const fs::path& w : written)
-      if (inside(w, dir))
-        throw io_error(out.string(), "the batch would write " + w.string() + (inside(dir, w) ? ", which is" : ", inside") +
+      if (is_within(w, dir))
+        throw io_error(out.string(), "the batch would write " + w.string() + (same_entry(w, dir) ? ", which is" : ", inside") +
                                          " the model folder " + dir.string() + " (" + m.where +
                                          "); its outputs would change the model's files, so every run would redo "
                                          "every job: choose an output folder outside the models");

@@ -264,15 +264,22 @@ void write_output_file(const fs::path& path, std::string_view contents) {
   write_file_atomic(target, contents);
 }
 
-namespace {
-
-bool same_file(const fs::path& a, const fs::path& b) {
+bool same_entry(const fs::path& a, const fs::path& b) {
   std::error_code ec;
   const bool eq = fs::equivalent(a, b, ec);
   return !ec && eq;
 }
 
-}  // namespace
+bool is_within(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  fs::path at = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) at = fs::absolute(path, ec).lexically_normal();
+  for (;;) {
+    if (same_entry(at, dir)) return true;
+    if (!at.has_relative_path()) return false;  // the root
+    at = at.parent_path();
+  }
+}
 
 void check_output_file(const fs::path& out, const std::vector<fs::path>& inputs, bool force, bool special_ok,
                        const std::string& flag) {
@@ -282,12 +289,12 @@ void check_output_file(const fs::path& out, const std::vector<fs::path>& inputs,
   if (exists) {
     for (const fs::path& in : inputs) {
       if (in.empty()) continue;
-      bool hit = same_file(in, out);
+      bool hit = same_entry(in, out);
       if (!hit && fs::is_directory(fs::status(in, ec))) {
         fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec), end;
         for (; !ec && it != end && !hit; it.increment(ec)) {
           if (it.depth() >= 2) it.disable_recursion_pending();  // model folders are flat; HF caches nest little
-          hit = same_file(it->path(), out);
+          hit = same_entry(it->path(), out);
         }
       }
       if (hit)

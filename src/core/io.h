@@ -72,6 +72,15 @@ bool path_exists(const std::filesystem::path& path);
 bool is_folder(const std::filesystem::path& path);
 bool is_file(const std::filesystem::path& path);
 
+// Whether `a` and `b` name the same file or folder (device and inode, so
+// symbolic and hard links count); false when either cannot be looked at.
+bool same_entry(const std::filesystem::path& a, const std::filesystem::path& b);
+// Whether `path` is the folder `dir` or lies inside it: `path` made absolute
+// with its symbolic links resolved as far as it exists, then it and each of
+// its parents compared with `dir` by same_entry (so a link to `dir`, or
+// `dir` under a second name, counts). `path` itself need not exist.
+bool is_within(const std::filesystem::path& path, const std::filesystem::path& dir);
+
 // Writes a file under a temporary name in the target folder (see
 // temporaries.h: ".NAME.tmp.HOST.PID.RAND"), then fsyncs and renames it over
 // the final name. If the writer is destroyed without commit() (an exception,

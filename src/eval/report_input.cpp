@@ -145,10 +145,6 @@ json parse_json(std::string_view text, const std::string& where, ReportInputKind
   return j;
 }
 
-bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The file or folder a recorded model path names: the path itself, or the
 // folder of a Hugging Face cache id.
 fs::path locate_model(const std::string& model, const std::string& needed_by) {
@@ -171,7 +167,7 @@ uint64_t model_bytes(const fs::path& p) {
   fs::directory_iterator it(p, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!has_suffix(name, ".safetensors") && !has_suffix(name, ".gguf") && !has_suffix(name, ".bin")) continue;
+    if (!name.ends_with(".safetensors") && !name.ends_with(".gguf") && !name.ends_with(".bin")) continue;
     std::error_code fe;
     if (!fs::is_regular_file(it->path(), fe)) continue;  // follows links, as in a cache snapshot
     const uintmax_t n = fs::file_size(it->path(), fe);
@@ -299,24 +295,11 @@ const std::vector<std::string>& report_output_files() {
 
 namespace {
 
-bool same_entry(const fs::path& a, const fs::path& b) {
-  std::error_code ec;
-  const bool eq = fs::equivalent(a, b, ec);
-  return !ec && eq;
-}
-
-// The input folder that `out` is, or lies in (symbolic links resolved, so a
-// link into a checkpoint counts), or nullptr.
+// The input folder that `out` is, or lies in, or nullptr.
 const fs::path* enclosing_input(const fs::path& out, const std::vector<fs::path>& inputs) {
-  std::error_code ec;
-  fs::path at = fs::weakly_canonical(fs::absolute(out, ec), ec);
-  if (ec) at = fs::absolute(out, ec).lexically_normal();
-  for (;;) {
-    for (const fs::path& in : inputs)
-      if (!in.empty() && is_folder(in) && same_entry(at, in)) return &in;
-    if (!at.has_relative_path()) return nullptr;  // the root
-    at = at.parent_path();
-  }
+  for (const fs::path& in : inputs)
+    if (!in.empty() && is_folder(in) && is_within(out, in)) return &in;
+  return nullptr;
 }
 
 }  // namespace

@@ -105,6 +105,14 @@ bool split_layer_name(const std::string& name, int64_t& layer, size_t& rest) {
   return true;
 }
 
+// The dot-separated component of `s` that starts at `from` when it is a
+// whole number written in digits ("3" in "experts.3.w1"), else "".
+std::string number_component(const std::string& s, size_t from) {
+  const size_t dot = s.find('.', from);
+  const std::string part = s.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
+  return std::all_of(part.begin(), part.end(), [](char d) { return d >= '0' && d <= '9'; }) ? part : "";
+}
+
 // Whether module `mod` (under "model.layers.N.", without the tensor's last
 // component: "mlp.experts.3.up_proj") is one of layer N's MLP modules.
 bool mlp_module_expected(const ModelConfig& c, int64_t layer, const std::string& mod) {
@@ -119,9 +127,8 @@ bool mlp_module_expected(const ModelConfig& c, int64_t layer, const std::string&
     // tens of thousands of experts.
     const std::string experts = hf_moe_prefix(c) + "experts.";
     if (mod.compare(0, experts.size(), experts) == 0) {
-      const size_t dot = mod.find('.', experts.size());
-      const std::string digits = mod.substr(experts.size(), dot == std::string::npos ? std::string::npos : dot - experts.size());
-      if (!digits.empty() && digits.size() <= 9 && std::all_of(digits.begin(), digits.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+      const std::string digits = number_component(mod, experts.size());
+      if (!digits.empty() && digits.size() <= 9) {
         const int64_t e = std::stoll(digits);
         if (e < c.num_experts) append_mlp(c, e, mine);
       }
@@ -153,10 +160,8 @@ std::string why_unexpected(const ModelConfig& c, int64_t layer, const std::strin
     return "belongs to a shared expert, but 'shared_expert_intermediate_size' is 0 (no shared expert)";
   }
   if (sparse && expert && block + "." == hf_moe_prefix(c)) {
-    const size_t b = std::string("experts.").size(), e = inner.find('.', b);
-    const std::string idx = inner.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    const bool numeric = !idx.empty() && std::all_of(idx.begin(), idx.end(), [](char d) { return d >= '0' && d <= '9'; });
-    if (numeric && (idx.size() > 9 || std::stoll(idx) >= c.num_experts))
+    const std::string idx = number_component(inner, std::string("experts.").size());
+    if (!idx.empty() && (idx.size() > 9 || std::stoll(idx) >= c.num_experts))
       return "belongs to expert " + idx + ", but " + quoted(experts_key(c)) + " is " + std::to_string(c.num_experts) +
              " (experts 0 to " + std::to_string(c.num_experts - 1) + ")";
   }
