@@ -1,14 +1,15 @@
 #include "quantizers/gptq.h"
 
-#include <Eigen/Cholesky>
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quantizers/cholesky_f64.h"
+#include "quantizers/gemm_f64.h"
 #include "quantizers/gptq_row.h"
 #include "quantizers/hessian_update.h"
 
@@ -16,10 +17,7 @@ namespace qf {
 
 namespace {
 
-using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Stride = Eigen::OuterStride<>;
-
-constexpr int64_t kHessianRowGrain = 16;  // rows of H per task (the upper triangle: earlier rows are longer)
+constexpr int64_t kHessianRowGrain = 24;  // rows of H per task (the upper triangle: earlier rows are longer)
 constexpr int64_t kRowGrain = 16;         // weight rows per GPTQ task
 
 std::string fmt_double(double v) {
@@ -33,37 +31,24 @@ std::string fmt_double(double v) {
 // forming H^-1: with J the reversal permutation and J H J = L L^T (Cholesky),
 // H = M M^T with M = J L J upper triangular, so H^-1 = M^-T M^-1 and, by
 // uniqueness of the Cholesky factor, Hinv = M^-1 = J L^-1 J. One Cholesky and
-// one triangular inverse (~2n^3/3 flops instead of ~8n^3/3), the inverse
-// split into fixed column chunks on the pool (deterministic).
-// On entry A is the damped H; on success A's buffer read row-major holds Hinv:
-// Hinv[i, j] = A.data()[i * n + j] for j >= i (entries below the diagonal are 0).
-bool inverse_cholesky_upper(Eigen::MatrixXd& A, ThreadPool& pool) {
-  const Eigen::Index n = A.rows();
-  A.reverseInPlace();  // J H J
-  {
-    Eigen::LLT<Eigen::Ref<Eigen::MatrixXd>> llt(A);  // A's lower triangle := L
-    if (llt.info() != Eigen::Success) return false;
-  }
-  for (Eigen::Index i = 0; i < n; ++i)
-    if (!(A(i, i) > 0.0) || !std::isfinite(A(i, i))) return false;
-  // B = L^-1, lower: column block [c0, c1) only has rows >= c0.
-  Eigen::MatrixXd B = Eigen::MatrixXd::Zero(n, n);
-  pool.parallel_for(n, 64, [&](const Chunk& ch) {
-    const Eigen::Index c0 = ch.begin, w = ch.end - ch.begin;
-    auto blk = B.block(c0, c0, n - c0, w);
-    blk.topRows(w).setIdentity();
-    A.bottomRightCorner(n - c0, n - c0).triangularView<Eigen::Lower>().solveInPlace(blk);
-  });
-  // Hinv[i, j] = B(n-1-i, n-1-j), stored row-major over A.
-  double* u = A.data();
-  for (Eigen::Index i = 0; i < n; ++i) {
-    double* row = u + i * n;
-    for (Eigen::Index j = 0; j < i; ++j) row[j] = 0.0;
-    for (Eigen::Index j = i; j < n; ++j) {
-      const double v = B(n - 1 - i, n - 1 - j);
-      if (!std::isfinite(v)) return false;
-      row[j] = v;
-    }
+// one triangular inverse (~2n^3/3 flops instead of ~8n^3/3), both blocked on
+// the SIMD kernels of gemm_f64 and the pool (quantizers/cholesky_f64.h).
+// On entry `a` is the damped H (n x n, row-major, permuted); on success
+// `hinv` holds Hinv row-major: Hinv[i, j] = hinv[i * n + j] for j >= i
+// (entries below the diagonal are 0). `a` is scratch.
+bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>& hinv, ThreadPool& pool) {
+  // J H J: reverse the rows and the columns.
+  std::reverse(a.begin(), a.end());
+  const SimdLevel level = simd_level();
+  if (!cholesky_lower_f64(a.data(), n, n, level, &pool)) return false;
+  hinv.resize(static_cast<size_t>(n * n));
+  invert_lower_f64(a.data(), n, hinv.data(), n, n, level, &pool);  // B = L^-1, lower
+  // Hinv[i, j] = B[n-1-i, n-1-j]: reversing B's elements makes it upper.
+  std::reverse(hinv.begin(), hinv.end());
+  for (int64_t i = 0; i < n; ++i) {
+    const double* row = hinv.data() + i * n;
+    for (int64_t j = i; j < n; ++j)
+      if (!std::isfinite(row[j])) return false;
     if (!(row[i] > 0.0)) return false;
   }
   return true;
@@ -99,7 +84,15 @@ void HessianAccumulator::add_impl(const float* x, int64_t n_rows, int64_t cols, 
     throw invalid_input("hessian", "activation rows have " + std::to_string(cols) + " columns, the layer has " +
                                        std::to_string(cols_));
   if (n_rows < 0) throw invalid_input("hessian", "negative row count");
+  if (n_rows == 0) return;
+  finished_ = false;
+  cache_.p->clear();
   for (int64_t r = 0; r < n_rows;) {
+    if (pending_rows_ == 0 && n_rows - r >= kChunk) {  // a whole chunk straight from the caller's rows
+      apply(x + r * cols, kChunk, pool);
+      r += kChunk;
+      continue;
+    }
     const int64_t take = std::min<int64_t>(n_rows - r, kChunk - static_cast<int64_t>(pending_rows_));
     pending_.insert(pending_.end(), x + r * cols, x + (r + take) * cols);
     pending_rows_ += static_cast<size_t>(take);
@@ -108,29 +101,34 @@ void HessianAccumulator::add_impl(const float* x, int64_t n_rows, int64_t cols, 
   }
 }
 
-void HessianAccumulator::flush(ThreadPool* pool) {
-  if (pending_rows_ == 0) return;
-  const int64_t m = static_cast<int64_t>(pending_rows_), n = cols_;
+void HessianAccumulator::apply(const float* x, int64_t m, ThreadPool* pool) {
+  const int64_t n = cols_;
   const double keep = static_cast<double>(n_) / static_cast<double>(n_ + m);
   n_ += m;
   const double scale = 2.0 / static_cast<double>(n_);
-  // Widened to double: every product of two activations is then exact
-  // (quantizers/hessian_update.h), and H = keep * H + 2/N X^T X takes one
-  // triangle, SIMD across columns, the same doubles at every level.
-  std::vector<double> X(pending_.begin(), pending_.end());
-  pending_.clear();
-  pending_rows_ = 0;
+  // H = keep * H + 2/N X^T X on one triangle: each chunk's sums in f32,
+  // SIMD across columns, the same doubles at every level (hessian_update.h).
   const SimdLevel level = simd_level();
-  auto task = [&](const Chunk& ch) { hessian_update_rows(h_.data(), X.data(), m, n, keep, scale, ch.begin, ch.end, level); };
+  auto task = [&](const Chunk& ch) { hessian_update_rows(h_.data(), x, m, n, n, keep, scale, ch.begin, ch.end, level); };
   if (pool) {
     pool->parallel_for(n, kHessianRowGrain, task);
   } else {
     for (const Chunk& ch : partition(n, kHessianRowGrain)) task(ch);
   }
-  mirror_upper(h_.data(), n);  // exact symmetry
 }
 
-void HessianAccumulator::finish(ThreadPool* pool) { flush(pool); }
+void HessianAccumulator::flush(ThreadPool* pool) {
+  if (pending_rows_ == 0) return;
+  apply(pending_.data(), static_cast<int64_t>(pending_rows_), pool);
+  pending_.clear();
+  pending_rows_ = 0;
+}
+
+void HessianAccumulator::finish(ThreadPool* pool) {
+  flush(pool);
+  if (!finished_) mirror_upper(h_.data(), cols_);  // exact symmetry
+  finished_ = true;
+}
 
 HessianAccumulator HessianAccumulator::from_matrix(int64_t cols, int64_t samples, std::vector<double> h) {
   HessianAccumulator a(cols);
@@ -144,12 +142,27 @@ HessianAccumulator HessianAccumulator::from_matrix(int64_t cols, int64_t samples
 
 const std::vector<double>& HessianAccumulator::matrix() const {
   if (!finished())
-    throw Error(ErrorKind::Internal, "hessian: matrix() read with " + std::to_string(pending_rows_) +
-                                         " rows not yet applied; call finish() first");
+    throw Error(ErrorKind::Internal, "hessian: matrix() read with rows added since the last finish() (" +
+                                         std::to_string(pending_rows_) + " not yet applied); call finish() first");
   return h_;
 }
 
 // ---- GPTQ ---------------------------------------------------------------------
+
+std::shared_ptr<const GptqFactor> GptqFactorCache::get(bool act_order, double dampening_frac, int64_t cols,
+                                                       const std::function<std::shared_ptr<const GptqFactor>()>& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (factor_ && factor_->act_order == act_order && factor_->dampening_frac == dampening_frac && factor_->cols == cols)
+    return factor_;
+  factor_.reset();  // freed before the next one is made
+  factor_ = make();
+  return factor_;
+}
+
+void GptqFactorCache::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  factor_.reset();
+}
 
 const char* actorder_name(GptqOptions::ActOrder a) {
   switch (a) {
@@ -332,24 +345,35 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     }
   }
 
-  // Damped inverse Cholesky with the robust fallbacks.
+  // Damped inverse Cholesky with the robust fallbacks; a factor another
+  // Linear already computed from the same Hessian and settings is reused.
   ThreadPool& pool = opts.pool ? *opts.pool : ThreadPool::global();
-  Eigen::MatrixXd A(cols, cols);
-  const GptqDamping damping = gptq_damp(opts.dampening_frac, cc.max_diag, [&](double frac, double floor) {
-    for (int64_t j = 0; j < cols; ++j) {
-      const size_t pj = static_cast<size_t>(perm[static_cast<size_t>(j)]);
-      const double* hrow = hessian.data() + pj * static_cast<size_t>(cols);  // H symmetric: row pj == column pj
-      for (int64_t i = 0; i < cols; ++i) A(i, j) = hrow[perm[static_cast<size_t>(i)]];
-      A(j, j) = cc.diag[pj] + frac * cc.mean_diag + floor;
-    }
-    return inverse_cholesky_upper(A, pool);
-  });
-  if (!damping.ok) {
-    A.resize(0, 0);
-    return rtn_fallback("Cholesky of the damped Hessian failed (tried " + damping.tried + ")");
-  }
-  gptq_note_damping(res, damping, name);
-  const double* U = A.data();  // Hinv[i, j] = U[i * cols + j], j >= i
+  double factor_flops = 0;
+  const auto make_factor = [&] {
+    auto f = std::make_shared<GptqFactor>();
+    f->act_order = act_order, f->dampening_frac = opts.dampening_frac, f->cols = cols;
+    std::vector<double> a;
+    f->damping = gptq_damp(opts.dampening_frac, cc.max_diag, [&](double frac, double floor) {
+      factor_flops += 2.0 * static_cast<double>(cols) * static_cast<double>(cols) * static_cast<double>(cols) / 3.0;
+      a.resize(static_cast<size_t>(cols * cols));
+      for (int64_t i = 0; i < cols; ++i) {
+        const size_t pi = static_cast<size_t>(perm[static_cast<size_t>(i)]);
+        const double* hrow = hessian.data() + pi * static_cast<size_t>(cols);
+        double* arow = a.data() + i * cols;
+        for (int64_t j = 0; j < cols; ++j) arow[j] = hrow[perm[static_cast<size_t>(j)]];
+        arow[i] = cc.diag[pi] + frac * cc.mean_diag + floor;
+      }
+      return inverse_cholesky_upper(a, cols, f->hinv, pool);
+    });
+    if (!f->damping.ok) f->hinv.clear();
+    return std::shared_ptr<const GptqFactor>(std::move(f));
+  };
+  const std::shared_ptr<const GptqFactor> factor =
+      opts.factor_cache ? opts.factor_cache->get(act_order, opts.dampening_frac, cols, make_factor) : make_factor();
+  if (!factor->damping.ok) return rtn_fallback("Cholesky of the damped Hessian failed (tried " + factor->damping.tried + ")");
+  gptq_note_damping(res, factor->damping, name);
+  res.flops = factor_flops;
+  const double* U = factor->hinv.data();  // Hinv[i, j] = U[i * cols + j], j >= i
 
   // Group index (in the output numbering) used for processing column j.
   // dynamic: j / gs in processing order (None: identity; Group: g_idx[perm[j]] = j / gs);
@@ -359,50 +383,55 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     for (int64_t j = 0; j < cols; ++j) out.g_idx[static_cast<size_t>(perm[static_cast<size_t>(j)])] = static_cast<int32_t>(j / gs);
   }
 
-  // Column loop, rows in independent fixed chunks. A dynamic group's refit
-  // happens only at a block's first column: blocks split at group boundaries.
+  // Column loop, block by block: the block's columns row by row (rows are
+  // independent: fixed chunks on the pool), then the lazy update of every
+  // later column as one product on the SIMD kernels (gemm_f64). A dynamic
+  // group's refit happens only at a block's first column: blocks split at
+  // group boundaries.
   const std::vector<Chunk> chunks = partition(rows, kRowGrain);
   std::vector<double> chunk_loss(chunks.size(), 0.0);
   const int64_t bs = opts.block_size;
-  pool.parallel_for(rows, kRowGrain, [&](const Chunk& ch) {
-    const int64_t nr = ch.end - ch.begin;
-    std::vector<double> err(static_cast<size_t>(nr * std::min(bs, cols)));
-    std::vector<GroupParams> cur(static_cast<size_t>(nr));
-    double loss = 0;
-    for (int64_t i1 = 0; i1 < cols;) {
-      int64_t i2 = std::min(i1 + bs, cols);
-      if (dynamic_groups) i2 = std::min(i2, (i1 / gs + 1) * gs);  // refits see every update so far
-      const int64_t count = i2 - i1;
-      for (int64_t rr = 0; rr < nr; ++rr) {
-        const int64_t r = ch.begin + rr;
+  std::vector<double> err(static_cast<size_t>(rows * std::min(bs, cols)));
+  std::vector<GroupParams> cur(static_cast<size_t>(rows));
+  const SimdLevel level = simd_level();
+  for (int64_t i1 = 0; i1 < cols;) {
+    int64_t i2 = std::min(i1 + bs, cols);
+    if (dynamic_groups) i2 = std::min(i2, (i1 / gs + 1) * gs);  // refits see every update so far
+    const int64_t count = i2 - i1;
+    pool.parallel_for(rows, kRowGrain, [&](const Chunk& ch) {
+      double* loss = &chunk_loss[static_cast<size_t>(ch.index)];  // summed in column order, as one chain per chunk
+      for (int64_t r = ch.begin; r < ch.end; ++r) {
         double* wr = W.data() + r * cols;
         hd::GptqRowQuantizer rq{GroupParams{}, nullptr, nullptr, perm.data(), gs, scheme.qmax()};
         if (dynamic_groups) {
           if (i1 % gs == 0) {
-            cur[static_cast<size_t>(rr)] = fit_group(wr + i1, std::min(gs, cols - i1), 1, scheme, opts.observer, opts.mse);
+            cur[static_cast<size_t>(r)] = fit_group(wr + i1, std::min(gs, cols - i1), 1, scheme, opts.observer, opts.mse);
             const size_t pi = static_cast<size_t>(out.param_index(r, i1 / gs));
-            out.scales[pi] = cur[static_cast<size_t>(rr)].scale;
-            out.zeros[pi] = cur[static_cast<size_t>(rr)].zero;
+            out.scales[pi] = cur[static_cast<size_t>(r)].scale;
+            out.zeros[pi] = cur[static_cast<size_t>(r)].zero;
           }
-          rq.fixed = cur[static_cast<size_t>(rr)];
+          rq.fixed = cur[static_cast<size_t>(r)];
         } else if (static_groups) {
           rq.scales = out.scales.data() + r * ng;
           rq.zeros = out.zeros.data() + r * ng;
         } else {
           rq.fixed = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
         }
-        hd::gptq_row_block(wr, 1, out.q.data() + r * cols, U, cols, err.data() + rr * count, 1, i1, i2, rq, &loss);
+        hd::gptq_row_block(wr, 1, out.q.data() + r * cols, U, cols, err.data() + r * count, 1, i1, i2, rq, loss);
       }
-      if (i2 < cols) {  // lazy update of the remaining columns
-        Eigen::Map<RowMat, 0, Stride> Wb(W.data() + ch.begin * cols + i2, nr, cols - i2, Stride(cols));
-        Eigen::Map<const RowMat> E(err.data(), nr, count);
-        Eigen::Map<const RowMat, 0, Stride> Ub(U + i1 * cols + i2, count, cols - i2, Stride(cols));
-        Wb.noalias() -= E * Ub;
-      }
-      i1 = i2;
+    });
+    res.flops += static_cast<double>(rows) * static_cast<double>(count) * static_cast<double>(count - 1);
+    if (i2 < cols) {  // W[:, i2:] -= Err U[i1:i2, i2:]
+      res.flops += 2.0 * static_cast<double>(rows) * static_cast<double>(count) * static_cast<double>(cols - i2);
+      GemmF64 g;
+      g.m = rows, g.n = cols - i2, g.k = count;
+      g.a = err.data(), g.lda = count;
+      g.b = U + i1 * cols + i2, g.ldb = cols;
+      g.c = W.data() + i2, g.ldc = cols;
+      gemm_f64(g, level, &pool);
     }
-    chunk_loss[static_cast<size_t>(ch.index)] = loss;
-  });
+    i1 = i2;
+  }
   res.loss = 0;
   for (double l : chunk_loss) res.loss += l;
   res.loss /= 2;

@@ -53,6 +53,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,12 +65,52 @@ namespace qf {
 
 class ThreadPool;
 
+// The damping schedule's outcome (gptq_damp below).
+struct GptqDamping {
+  bool ok = false;
+  double frac = 0, floor = 0;  // of the successful (else last) attempt
+  int failures = 0;
+  std::string tried;  // "dampening 0.01 to 0.05, then diagonal floors ... on top"
+};
+
+// What GPTQ derives from a Hessian before its column loop: Hinv, the upper
+// Cholesky factor of the damped, permuted H^-1 (row-major, cols x cols), and
+// how the damping went.
+struct GptqFactor {
+  bool act_order = false;
+  double dampening_frac = 0;
+  int64_t cols = 0;
+  GptqDamping damping;
+  std::vector<double> hinv;  // empty when damping.ok is false
+};
+
+// One Hessian's factor, kept for the next Linear that shares the Hessian
+// (q/k/v read one input, gate/up another): the O(cols^3) factorization runs
+// once per Hessian and setting instead of once per Linear. Safe to use from
+// several threads. Whoever hands it to gptq_quantize must give the same
+// Hessian with it every time (HessianAccumulator::factor_cache does).
+class GptqFactorCache {
+ public:
+  // The factor for these settings: the kept one when it matches, else the
+  // one make() returns, which is then kept (make runs under the cache's
+  // lock, so two Linears never factor the same Hessian at once).
+  std::shared_ptr<const GptqFactor> get(bool act_order, double dampening_frac, int64_t cols,
+                                        const std::function<std::shared_ptr<const GptqFactor>()>& make);
+  void clear();
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<const GptqFactor> factor_;
+};
+
 // Running Hessian H = 2/n * sum_x x x^T over calibration rows x (the input
-// activations of one Linear, one row per token), accumulated in double in the
-// reference's running form: H *= n/(n+m); n += m; X *= sqrt(2/n); H += X^T X.
-// Rows are applied in fixed chunks of kChunk rows of the global row sequence
-// (pending rows are buffered), so the result is bit-identical however the
-// rows are split into add() calls and whatever the thread count.
+// activations of one Linear, one row per token), accumulated in the
+// reference's running form: H *= n/(n+m); n += m; H += 2/n X^T X, one chunk
+// of m rows at a time, each chunk's sums in f32 and H in double
+// (quantizers/hessian_update.h). Rows are applied in fixed chunks of kChunk
+// rows of the global row sequence (pending rows are buffered), so the
+// result is bit-identical however the rows are split into add() calls and
+// whatever the thread count.
 // Note: the references count samples per sequence (batch entries), not per
 // token; GPTQ's result does not depend on H's scale, only its reported loss.
 class HessianAccumulator {
@@ -89,19 +131,38 @@ class HessianAccumulator {
   // are added; adding more afterwards is allowed (the next chunk starts there,
   // so the result is not bit-identical to adding every row before finish()).
   void finish(ThreadPool* pool = nullptr);
-  bool finished() const { return pending_rows_ == 0; }
+  bool finished() const { return finished_; }
   // [cols * cols], symmetric (row-major == column-major). Only after finish()
   // (a pure read: several threads may read one accumulator at once).
   const std::vector<double>& matrix() const;
+  // Where GPTQ keeps the damped factor of this Hessian for the next Linear
+  // that reads the same input (GptqOptions::factor_cache). Adding rows
+  // empties it.
+  GptqFactorCache* factor_cache() const { return cache_.p.get(); }
 
  private:
+  // A copy gets a cache of its own: it may be given other rows.
+  struct CacheSlot {
+    std::shared_ptr<GptqFactorCache> p = std::make_shared<GptqFactorCache>();
+    CacheSlot() = default;
+    CacheSlot(const CacheSlot&) {}
+    CacheSlot& operator=(const CacheSlot&) {
+      p = std::make_shared<GptqFactorCache>();
+      return *this;
+    }
+    CacheSlot(CacheSlot&&) = default;
+    CacheSlot& operator=(CacheSlot&&) = default;
+  };
   void add_impl(const float* x, int64_t n_rows, int64_t cols, ThreadPool* pool);
+  void apply(const float* x, int64_t m, ThreadPool* pool);  // one chunk of m rows
   void flush(ThreadPool* pool);
   int64_t cols_;
   int64_t n_ = 0;
   std::vector<double> h_;
   std::vector<float> pending_;  // [pending_rows_ * cols]
   size_t pending_rows_ = 0;
+  bool finished_ = true;  // no rows applied since the last finish() (H symmetric)
+  CacheSlot cache_;
 };
 
 struct GptqOptions {
@@ -112,6 +173,9 @@ struct GptqOptions {
   RangeObserver observer = RangeObserver::MinMax;
   MseOptions mse;              // the mse observer's settings (each group is fitted on its own)
   ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global() (do not call from inside one of its tasks)
+  // Where the factor of this Linear's Hessian is looked up and kept
+  // (nullptr: computed for this call alone). The CPU reference only.
+  GptqFactorCache* factor_cache = nullptr;
 };
 const char* actorder_name(GptqOptions::ActOrder a);  // "none", "static", "group", "weight"
 
@@ -121,6 +185,10 @@ struct GptqResult {
                          // (RTN fallback: sum (w - q)^2 / 2)
   double damp_used = 0;  // the dampening fraction of mean(diag(H)) finally used (0 after an RTN fallback)
   std::string fallback;  // non-empty: which robust fallback happened, naming the layer
+  // Floating-point operations of the solve: the factor (n^3/3 for the
+  // Cholesky and n^3/3 for the triangular inverse per attempt, 0 when a
+  // cached factor was used) and the column loop (2 per update of a weight).
+  double flops = 0;
 };
 
 // w: row-major [rows, cols] f32 (not modified). h: the accumulated Hessian
@@ -159,12 +227,6 @@ GptqColumns gptq_columns(const std::vector<double>& hessian, int64_t cols, bool 
 // The damping schedule (the header comment's robustness paragraph): calls
 // factor(frac, floor), which factors H + (frac * mean(diag) + floor) I and
 // says whether that worked, until it does or the schedule ends.
-struct GptqDamping {
-  bool ok = false;
-  double frac = 0, floor = 0;  // of the successful (else last) attempt
-  int failures = 0;
-  std::string tried;  // "dampening 0.01 to 0.05, then diagonal floors ... on top"
-};
 GptqDamping gptq_damp(double dampening_frac, double max_diag, const std::function<bool(double, double)>& factor);
 
 // The result of falling back to RTN (`q`, already quantized) for `why`.
