@@ -82,6 +82,7 @@ void print_summary(const QuantizeOpts& o, const QuantizeSummary& s) {
                 static_cast<long long>(s.linears), static_cast<long long>(s.layers), s.method.c_str(),
                 static_cast<long long>(s.samples), static_cast<long long>(s.tokens), s.seconds);
     std::printf("relative output error: mean %.4g, max %.4g\n", s.mean_error, s.max_error);
+    std::printf("%s\n", s.timing_line.c_str());
     std::printf("wrote %s (%s, %.2f MiB); peak RSS %.1f MiB%s\n", o.out.c_str(), s.format.c_str(),
                 static_cast<double>(s.output_bytes) / 1048576.0, static_cast<double>(s.peak_rss_bytes) / 1048576.0,
                 s.spilled ? ", calibration activations spilled to disk" : "");

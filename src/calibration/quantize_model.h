@@ -1,5 +1,6 @@
 // `quantforge quantize`: recipe -> calibration -> layer-by-layer RTN or GPTQ ->
 // compressed-tensors (pack-quantized) or GPTQ checkpoint, written atomically.
+// The stages it runs, each timed: calibration/quantize_run.h.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,7 @@ struct QuantizeSummary {
   std::vector<QuantizedLayerRecord> per_layer;  // in layer order
   nlohmann::ordered_json report;                // quantization_report.json as written
   std::optional<eval::EvalResult> evaluation;   // with QuantizeJob::eval_text
+  std::string timing_line;  // where the time went, one line: each stage, the layers' phases at their GFLOP/s, the machine's peak
 };
 
 // File name of the report written into every quantize output.

@@ -15,13 +15,32 @@
 namespace qf {
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A Hessian update, its time and useful flops (the upper triangle, 2 a
+// product) added to `t` when given.
+void add_timed(HessianAccumulator& h, const float* x, int64_t n, int64_t in, ThreadPool& pool, PhaseCount* t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  h.add(x, n, in, pool);
+  if (t) t->add(seconds_since(t0), static_cast<double>(n) * static_cast<double>(in) * static_cast<double>(in + 1));
+}
+
+void finish_timed(HessianAccumulator& h, ThreadPool& pool, PhaseCount* t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  h.finish(&pool);
+  if (t) t->add(seconds_since(t0), 0.0);
+}
+
 // Accumulates, as asked, the Hessians and the value ranges of one layer's
 // Linear inputs. K and V share Q's input and Up shares Gate's, so each
 // distinct input is observed once.
 class CaptureObserver final : public rt::LinearObserver {
  public:
-  CaptureObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians, bool ranges)
-      : pool_(pool), ranges_(ranges) {
+  CaptureObserver(int64_t hidden, int64_t q_dim, int64_t ffn, ThreadPool& pool, bool hessians, bool ranges,
+                  PhaseCount* hessian_time)
+      : pool_(pool), ranges_(ranges), hessian_time_(hessian_time) {
     if (hessians) h_[Q].emplace(hidden), h_[O].emplace(q_dim);
     if (hessians && ffn > 0) h_[Gate].emplace(hidden), h_[Down].emplace(ffn);  // ffn 0: a sparse layer
   }
@@ -31,7 +50,7 @@ class CaptureObserver final : public rt::LinearObserver {
       auto& r = range_[slot];
       for (int64_t i = 0; i < n * in; ++i) r.first = std::min(r.first, x[i]), r.second = std::max(r.second, x[i]);
     }
-    if (h_[slot]) h_[slot]->add(x, n, in, pool_);
+    if (h_[slot]) add_timed(*h_[slot], x, n, in, pool_, hessian_time_);
   }
   // Takes the Hessians and ranges a device layer pass measured instead.
   void adopt(const rt::DeviceLayerPass& dev) {
@@ -48,8 +67,10 @@ class CaptureObserver final : public rt::LinearObserver {
   // rows, so that the q/k/v (or gate/up) solves may read one at once.
   void finish() {
     for (auto& h : h_)
-      if (h) h->finish(&pool_);
+      if (h) finish_timed(*h, pool_, hessian_time_);
   }
+  // Frees the Hessian of a Linear's input (after its last reader).
+  void release(Slot s) { h_[input_of(s)].reset(); }
   // The Hessian of a Linear's input, or nullptr without Hessians (finished).
   const HessianAccumulator* hessian(Slot s) const {
     const std::optional<HessianAccumulator>& h = h_[input_of(s)];
@@ -79,6 +100,7 @@ class CaptureObserver final : public rt::LinearObserver {
   std::pair<float, float> range_[8] = {};
   ThreadPool& pool_;
   bool ranges_;
+  PhaseCount* hessian_time_;
 };
 
 // Largest |K| and |V| of one layer.
@@ -91,21 +113,51 @@ class KvObserver final : public rt::LinearObserver {
   float k_amax = 0, v_amax = 0;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// After layer li has been handed on: its quantized Linears become stand-ins
+// that keep the shape and the bias (the export reads only those), and the
+// mapped pages of its other weights are given back (read again only when
+// the export copies them).
+void release_layer(rt::Model& model, int64_t li) {
+  const ModelConfig& c = model.config();
+  rt::LayerWeights& L = model.mutable_layer(li);
+  for (const rt::LayerLinearId& id : rt::layer_linears(c, li)) {
+    std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L, id);
+    if (!slot->quantized()) {
+      slot->release_pages();
+      continue;
+    }
+    slot = rt::make_released_linear(slot->in_features(), slot->out_features(), slot->bias_values(), slot->format(),
+                                    "model.layers." + std::to_string(li) + "." + id.name);
+  }
+  if (L.sparse()) {
+    L.moe.router->release_pages();
+    if (L.moe.shared_gate) L.moe.shared_gate->release_pages();
+  }
 }
 
+// The layer's forward flops over every sample.
+double layer_flops(const rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples) {
+  double f = 0;
+  for (const auto& s : samples) f += layer_forward_flops(model.config(), li, static_cast<int64_t>(s.size()), model.window(li));
+  return f;
+}
+
+// Layer li over every sample, one sample at a time, through one cache whose
+// blocks each sample reuses.
 void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples,
                ActivationStore& hidden, ThreadPool& pool, rt::LinearObserver* obs, bool write_back) {
+  int64_t longest = 1;
+  for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
+  rt::KvCache cache = model.make_cache(rt::KvDType::F16, longest);
   for (size_t s = 0; s < samples.size(); ++s) {
     const int64_t n = static_cast<int64_t>(samples[s].size());
-    rt::KvCache cache = model.make_cache(rt::KvDType::F16, n);
     rt::Batch b;
     const int32_t seq = cache.add_sequence();
     for (int64_t j = 0; j < n; ++j) b.add(samples[s][static_cast<size_t>(j)], seq, j, false);
     cache.reserve(seq, n);
     std::vector<float> x = hidden.load(s);
     model.forward_layer(li, b, x.data(), cache, pool, obs);
+    cache.free_sequence(seq);
     if (write_back) hidden.store(s, x);
   }
 }
@@ -174,7 +226,7 @@ void widen(std::pair<float, float>& r, const std::vector<float>& x) {
 // sample, with its weights as they are now (before it is quantized).
 ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const ActivationStore& moe_in,
                          const std::vector<std::vector<int32_t>>& routing, bool all, bool hessians, bool ranges,
-                         ThreadPool& pool) {
+                         ThreadPool& pool, PipelineTimes* times) {
   const ModelConfig& c = model.config();
   const rt::MoeWeights& m = model.weights().layers[static_cast<size_t>(li)].moe;
   const rt::ExpertWeights& ex = e == rt::kSharedExpert ? m.shared : m.experts[static_cast<size_t>(e)];
@@ -199,10 +251,14 @@ ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const Ac
     ex.gate->forward(x.data(), rows, g.data(), pool);
     ex.up->forward(x.data(), rows, u.data(), pool);
     for (int64_t t = 0; t < rows; ++t) rt::swiglu(g.data() + t * ff, u.data() + t * ff, ff);
-    if (hessians) st.in->add(x.data(), rows, h, pool), st.down_in->add(g.data(), rows, ff, pool);
+    PhaseCount* ht = times ? &times->hessian : nullptr;
+    if (hessians) add_timed(*st.in, x.data(), rows, h, pool, ht), add_timed(*st.down_in, g.data(), rows, ff, pool, ht);
     if (ranges) widen(st.in_range, x), widen(st.down_range, g);
   }
-  if (hessians) st.in->finish(&pool), st.down_in->finish(&pool);
+  if (hessians) {
+    PhaseCount* ht = times ? &times->hessian : nullptr;
+    finish_timed(*st.in, pool, ht), finish_timed(*st.down_in, pool, ht);
+  }
   return st;
 }
 
@@ -267,27 +323,39 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (resident) dev->store_resident(s, x.data());
     else hidden.store(s, x);
   }
+  if (opts.release_done_layers) model.weights().embed->release_pages();  // the rows read: not needed again
   const auto load_input = [&](size_t s) { return resident ? dev->load_resident(s) : hidden.load(s); };
+  PipelineTimes* times = opts.times;
+  PhaseCount* hessian_time = times ? &times->hessian : nullptr;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const double fwd_flops = layer_flops(model, li, samples);
     if (li < opts.resume_layers) {
       opts.restore(li);
+      const auto tr = std::chrono::steady_clock::now();
       if (dev) dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
       else run_layer(model, li, samples, hidden, pool, nullptr, true);
+      if (times) times->restore.add(seconds_since(tr), fwd_flops);
+      if (opts.release_done_layers) release_layer(model, li);
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (opts.transform) opts.transform(li, samples, load_input);
+    if (opts.transform) {
+      opts.transform(li, samples, load_input);
+      if (times) times->search.add(seconds_since(t0), 0.0);
+    }
     // Methods without calibration (RTN) need neither the Hessians nor the capture pass.
     std::unique_ptr<CaptureObserver> obs;
     std::unique_ptr<ActivationStore> moe_in;  // sparse layers: each sample's MLP input
     std::vector<std::vector<int32_t>> routing(samples.size());
     if (opts.hessian_weighted_error || opts.observe_ranges) {
       obs = std::make_unique<CaptureObserver>(c.hidden_size, c.q_dim(), c.moe_layer(li) ? 0 : c.intermediate_size, pool,
-                                              opts.hessian_weighted_error, opts.observe_ranges);
+                                              opts.hessian_weighted_error, opts.observe_ranges, hessian_time);
       if (c.moe_layer(li)) {
         moe_in = std::make_unique<ActivationStore>(sizes, opts.max_memory_bytes, opts.spill_beside);
         obs->keep_moe_inputs(moe_in.get(), &routing);
       }
+      const auto tc = std::chrono::steady_clock::now();
+      const double h0 = times ? times->hessian.seconds : 0.0;
       if (dev) {
         dev->load(li);
         dev->begin_capture(rt::LayerCapture{opts.hessian_weighted_error, opts.observe_ranges, false});
@@ -300,6 +368,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         run_layer(model, li, samples, hidden, pool, obs.get(), false);
         obs->finish();
       }
+      if (times) times->forward.add(seconds_since(tc) - (times->hessian.seconds - h0), fwd_flops);
     }
     rt::LayerWeights& L = model.mutable_layer(li);
     // Before any of the layer's Linears is replaced by its quantized form.
@@ -310,7 +379,15 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     int64_t ex_of = rt::kNoExpert;
     float ex_amax = -1.0f;
     std::string token_line;  // sparse layers: tokens per expert, for the log
-    for (const rt::LayerLinearId& sl : rt::layer_linears(c, li)) {
+    const std::vector<rt::LayerLinearId> linears = rt::layer_linears(c, li);
+    for (size_t k = 0; k < linears.size(); ++k) {
+      const rt::LayerLinearId& sl = linears[k];
+      // The last Linear reading this input: after it, the input's Hessian
+      // (and the factor GPTQ kept with it) is freed.
+      bool last_reader = sl.expert == rt::kNoExpert;
+      for (size_t j = k + 1; j < linears.size() && last_reader; ++j)
+        last_reader = !(linears[j].expert == rt::kNoExpert &&
+                        rt::LinearObserver::input_of(linears[j].slot) == rt::LinearObserver::input_of(sl.slot));
       std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L, sl);
       const rt::Linear& lin = *slot;
       const std::vector<float> w = lin.decode_all();
@@ -326,15 +403,22 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
           ex.reset();
           ex_of = sl.expert;
           if (obs) {
+            const auto te = std::chrono::steady_clock::now();
+            const double h0 = times ? times->hessian.seconds : 0.0;
             ex = expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
-                              opts.hessian_weighted_error, opts.observe_ranges, pool);
+                              opts.hessian_weighted_error, opts.observe_ranges, pool, times);
+            // The expert's gate and up over its rows again (the capture pass ran them once).
+            const rt::LinearShape gs = rt::layer_linear_shape(c, sl);
+            if (times)
+              times->forward.add(seconds_since(te) - (times->hessian.seconds - h0),
+                                 4.0 * static_cast<double>(ex->tokens) * static_cast<double>(gs.out) * static_cast<double>(gs.in));
             // Built with append(): GCC 12's -Wrestrict misfires on a chain of string +.
             if (!token_line.empty()) token_line.push_back(' ');
             token_line.append(sl.expert == rt::kSharedExpert ? std::string("shared") : std::to_string(sl.expert));
             token_line.append(":").append(std::to_string(ex->tokens));
             if (ex->tokens == 0 && opts.observe_ranges) {
               // Input ranges from every token instead, so that a static activation scale still covers what the expert would see.
-              const ExpertStats all = expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool);
+              const ExpertStats all = expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool, nullptr);
               ex->in_range = all.in_range, ex->down_range = all.down_range;
             }
           }
@@ -358,7 +442,10 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       const HessianAccumulator* h = in.hessian;
       const auto tq = std::chrono::steady_clock::now();
       std::optional<QuantizedLinearResult> q = quantize(in);
-      if (!q) continue;
+      if (!q) {
+        if (last_reader && obs) obs->release(sl.slot);
+        continue;
+      }
       q->seconds = seconds_since(tq);
       // Output-error estimate weighted by the input energy of each column.
       static const std::vector<double> kNoHessian;
@@ -375,12 +462,16 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         }
       q->error = den > 0 ? num / den : 0;
       const std::optional<Tensor> bt = rt::bias_tensor(lin.bias_values());
+      if (opts.release_done_layers) lin.release_pages();  // the float weight is not read again
       slot = rt::make_quantized_linear(q->q, q->act ? &*q->act : nullptr, bt ? &*bt : nullptr, in.name);
+      if (last_reader && obs) obs->release(sl.slot);
+      if (times) times->solve.add(seconds_since(tq), q->flops);
       done.push_back(std::move(*q));
     }
     if (!token_line.empty() && opts.log)
       opts.log("layer " + std::to_string(li + 1) + "/" + std::to_string(c.num_hidden_layers) + ": calibration tokens per expert" +
                (opts.moe_calibrate_all_experts ? " (every token to every expert)" : "") + ": " + token_line);
+    const auto tp = std::chrono::steady_clock::now();
     if (dev) {
       dev->load(li);  // the quantized Linears, decoded
       dev->begin_capture(rt::LayerCapture{false, false, opts.kv_amax != nullptr});
@@ -392,7 +483,11 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
       if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
     }
+    if (times) times->propagate.add(seconds_since(tp), fwd_flops);
+    const auto te = std::chrono::steady_clock::now();
     if (layer_done) layer_done(li, done, seconds_since(t0));
+    if (opts.release_done_layers) release_layer(model, li);
+    if (times) times->export_seconds += seconds_since(te);
   }
 }
 

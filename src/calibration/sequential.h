@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/pipeline_times.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "quantizers/act_quant.h"
@@ -57,6 +58,7 @@ struct QuantizedLinearResult {
   double error = 0;      // relative output error estimate sum (dW^2 diag H) / sum (W^2 diag H)
   double seconds = 0;
   std::string note;      // e.g. a GPTQ fallback
+  double flops = 0;      // floating-point operations of the quantizer (GPTQ's factor and column loop; 0: not counted)
   int64_t expert_tokens = -1;  // an expert's Linear: the calibration tokens its statistics came from
   std::optional<ActQuantParams> act;  // the input quantizer, when activations are quantized
 };
@@ -119,6 +121,17 @@ struct SequentialOptions {
   // Called once per sparse layer with a line giving the calibration tokens
   // each expert's statistics came from.
   std::function<void(const std::string&)> log;
+  // Keep one layer in memory (quantize): once a layer is handed to
+  // layer_done, its quantized Linears are replaced by stand-ins holding only
+  // their shape and bias (rt::make_released_linear), and the mapped pages
+  // of the model's float weights are given back as each is done with (the
+  // embedding's after the samples are embedded). The model cannot run
+  // afterwards.
+  bool release_done_layers = false;
+  // When set, receives each phase's seconds and counted flops, added up
+  // over the layers (calibration/pipeline_times.h). On a device the
+  // Hessians are summed inside the capture pass and count as forward.
+  PipelineTimes* times = nullptr;
 };
 
 // Whether the pipeline keeps the calibration set's hidden states (`bytes`

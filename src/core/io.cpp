@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
@@ -21,6 +23,18 @@ namespace fs = std::filesystem;
 static std::string errno_text() { return std::strerror(errno); }
 
 namespace {
+
+// The read-only file maps of this process (start -> end), so that
+// release_mapped_pages can tell a file's pages, which the kernel reads again
+// when they are touched, from memory whose contents only live in RAM.
+std::mutex& map_registry_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<uintptr_t, uintptr_t>& map_registry() {
+  static std::map<uintptr_t, uintptr_t> r;
+  return r;
+}
 
 // The whole file read into a HugePageBuffer (writable: the caller seals it).
 std::unique_ptr<HugePageBuffer> read_into_memory(int fd, const fs::path& path, size_t size) {
@@ -79,6 +93,8 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path, FileResidency
     m->region_ = p;
     m->region_size_ = m->size_;
     m->data_ = static_cast<const uint8_t*>(p);
+    std::lock_guard<std::mutex> lock(map_registry_mutex());
+    map_registry()[reinterpret_cast<uintptr_t>(p)] = reinterpret_cast<uintptr_t>(p) + m->size_;
   }
   ::close(fd);
   return m;
@@ -91,7 +107,28 @@ void MappedFile::seal() {
 }
 
 MappedFile::~MappedFile() {
-  if (region_) munmap(region_, region_size_);
+  if (!region_) return;
+  {
+    std::lock_guard<std::mutex> lock(map_registry_mutex());
+    map_registry().erase(reinterpret_cast<uintptr_t>(region_));
+  }
+  munmap(region_, region_size_);
+}
+
+void release_mapped_pages(const void* data, size_t bytes) {
+  if (!data || bytes == 0) return;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data), e = b + bytes;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;  // whole pages inside the range only
+  if (lo >= hi) return;
+  std::lock_guard<std::mutex> lock(map_registry_mutex());
+  auto it = map_registry().upper_bound(b);
+  if (it == map_registry().begin()) return;
+  --it;
+  if (b < it->first || e > it->second) return;  // not (wholly) inside one file map
+  // A private read-only file map: dropping the pages loses nothing (the
+  // next touch reads them from the file or the page cache again).
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 namespace {

@@ -61,6 +61,13 @@ class MappedFile {
   std::filesystem::path path_;
 };
 
+// Gives the whole pages of [data, data + bytes) back to the kernel when the
+// range lies inside one of this process's read-only file maps (a Mapped
+// MappedFile): they stop counting in the process's resident memory, and a
+// later read loads them from the file again. Anything else (memory of the
+// heap, an InMemory copy) is left alone.
+void release_mapped_pages(const void* data, size_t bytes);
+
 // The whole file. A folder is InvalidInput, a missing file NotFound.
 std::string read_text_file(const std::filesystem::path& path);
 

@@ -39,6 +39,15 @@ static bool has_amx_bf16() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    if (best_simd_level() < SimdLevel::Avx512) return false;
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    return __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 & (1u << 5));
+  }();
+  return has;
+}
+
 SimdLevel best_simd_level() {
   static const SimdLevel best = [] {
     __builtin_cpu_init();

@@ -35,6 +35,11 @@ SimdLevel simd_level();
 // process the tile data (the first call asks for it).
 SimdLevel best_simd_level();
 
+// Whether the CPU has AVX512-BF16 (VDPBF16PS: pairs of bf16 products summed
+// into f32) on top of the Avx512 level; the bf16 calibration kernels use it
+// at the Avx512 and Amx levels.
+bool cpu_has_avx512_bf16();
+
 // Forces a level, clamped to best_simd_level() (a kernel the CPU cannot run is
 // never chosen). Affects every kernel, in every thread, from the next call.
 void set_simd_level(SimdLevel level);

@@ -43,3 +43,15 @@ FileResidency runtime_weight_residency(uint64_t file_bytes) {
 }
 
 }  // namespace qf
+
+namespace qf {
+
+FileResidency streaming_weight_residency() {
+  const char* v = std::getenv("QF_WEIGHTS");
+  // Validates the value as the runtime does (a bad one is the same Usage error).
+  return choose_weight_residency(v, 0, 0) == FileResidency::InMemory && v && std::string_view(v) == "memory"
+             ? FileResidency::InMemory
+             : FileResidency::Mapped;
+}
+
+}  // namespace qf

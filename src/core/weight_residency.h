@@ -27,4 +27,9 @@ uint64_t available_memory_bytes();
 // choose_weight_residency with this process's QF_WEIGHTS and available memory.
 FileResidency runtime_weight_residency(uint64_t file_bytes);
 
+// For work that reads each weight once or twice, one layer at a time
+// (quantize): Mapped, so that only the layer at hand is resident, unless
+// QF_WEIGHTS=memory asks for the whole model in memory.
+FileResidency streaming_weight_residency();
+
 }  // namespace qf

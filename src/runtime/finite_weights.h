@@ -17,6 +17,9 @@ namespace qf::rt {
 // or infinite, described as
 // "model.layers.3.mlp.down_proj.weight [17, 5] is nan", or "" when all are
 // finite. Quantized weights are decoded, so a NaN block scale is found too.
-std::string find_nonfinite_weight(const Model& m, ThreadPool& pool);
+// `release`: each Linear's mapped pages are given back after it is checked
+// (Linear::release_pages), so that checking a mapped model does not make
+// all of it resident (quantize keeps one layer at a time).
+std::string find_nonfinite_weight(const Model& m, ThreadPool& pool, bool release = false);
 
 }  // namespace qf::rt

@@ -84,8 +84,18 @@ class Linear {
   // FP8 or NVFP4 activations); nullptr when the activations stay f32.
   virtual const ActQuantParams* input_quantizer() const { return nullptr; }
 
+  // Whether the weight is stored quantized (integer groups, FP8, NVFP4, GGUF
+  // blocks), as opposed to f32/f16/bf16.
+  virtual bool quantized() const { return false; }
+
   // The weight in a form a device decodes itself (Kind::None: only decode_all).
   virtual DeviceWeightForm device_form() const { return {}; }
+
+  // Gives the weight's pages back to the kernel when they are mapped from a
+  // file (core/io.h, release_mapped_pages): they stop counting in resident
+  // memory until read again. The Linear stays valid. Nothing for weights
+  // held in memory.
+  virtual void release_pages() const {}
 
  protected:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
@@ -107,6 +117,13 @@ void forward_row_gemm(int64_t n, float* y, int64_t out, const std::vector<float>
 using RowTileFn = std::function<const float*(int64_t r0, int64_t rows, float* buf)>;
 void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t out, const std::vector<float>& bias,
                        ThreadPool& pool, const RowTileFn& tile);
+
+// What stands in for a Linear whose weights were written to an output and
+// released (quantize keeps one layer in memory): its shape, bias and
+// format() stay; forward(), decode_row() and decode_all() are Internal
+// errors naming it. Not a Linear a model can run.
+std::unique_ptr<Linear> make_released_linear(int64_t in, int64_t out, std::vector<float> bias, std::string format,
+                                             std::string name);
 
 // A bias as the Linear factories take it: an F32 tensor, or nullopt when
 // `bias` is empty (pass `b ? &*b : nullptr`).

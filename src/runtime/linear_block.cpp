@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "quantizers/kquants.h"
 #include "runtime/cpu/amx_gemm.h"
 #include "runtime/cpu/q8_0_groups.h"
@@ -125,8 +126,10 @@ class BlockLinear final : public Linear {
     kquants::dequantize_row(type_, rows_at(r, 1, unpacked), out, in_);
   }
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(row_bytes_) * static_cast<uint64_t>(out_); }
+  void release_pages() const override { release_mapped_pages(data_, static_cast<size_t>(weight_bytes())); }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return ggml_type_info(type_)->name; }
+  bool quantized() const override { return true; }
   DeviceWeightForm device_form() const override {
     DeviceWeightForm f;
     if (grouped_rows_ > 0) return f;  // not the stored layout

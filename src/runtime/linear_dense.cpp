@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/linear.h"
 
@@ -39,6 +40,7 @@ class DenseLinear final : public Linear {
   }
 
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(w_.nbytes()); }
+  void release_pages() const override { release_mapped_pages(w_.data(), static_cast<size_t>(w_.nbytes())); }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return dtype_name(w_.dtype()); }
 

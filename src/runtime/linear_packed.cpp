@@ -62,6 +62,7 @@ class PackedLinear final : public Linear {
   }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return format_; }
+  bool quantized() const override { return true; }
   DeviceWeightForm device_form() const override {
     DeviceWeightForm f;
     f.kind = DeviceWeightForm::Kind::PackedInt;

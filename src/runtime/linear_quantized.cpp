@@ -162,6 +162,7 @@ class QuantizedLinear final : public Linear {
   }
   std::vector<float> bias_values() const override { return bias_; }
   std::string format() const override { return scheme_.describe() + (act_ ? " / " + act_->scheme.describe() : ""); }
+  bool quantized() const override { return true; }
   const ActQuantParams* input_quantizer() const override { return act_ ? &*act_ : nullptr; }
   DeviceWeightForm device_form() const override {
     DeviceWeightForm f;

@@ -66,7 +66,7 @@ uint64_t safetensors_bytes(const std::filesystem::path& dir) {
   return ec ? 0 : total;
 }
 
-std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
+std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, std::optional<FileResidency> chosen) {
   ModelConfig c = load_model_config(dir);
   const CheckpointFormat* format = nullptr;
   OpenedConfig opened;  // the quantization_config as the format reads it; kv_scales: FP8 KV-cache scales stored
@@ -79,7 +79,7 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
                                       checkpoint_format_names() + ")");
     opened = format->open(dir, *c.quantization_config, cfg_file);
   }
-  const FileResidency residency = runtime_weight_residency(safetensors_bytes(dir));
+  const FileResidency residency = chosen ? *chosen : runtime_weight_residency(safetensors_bytes(dir));
   HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir, residency)), format, opened.qcfg};
   // The checkpoint's tensors against the config, as `convert` checks them
   // too: a quantized format's Linears are read (and checked) by the format.
@@ -122,9 +122,9 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir) {
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir, std::optional<FileResidency> residency) {
   try {
-    return load_hf_model_checked(dir);
+    return load_hf_model_checked(dir, residency);
   } catch (const nlohmann::json::exception& e) {
     // A quantization_config (or hf_quant_config.json) value of the wrong JSON
     // type, read by one of the checkpoint-format readers.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -262,7 +263,10 @@ std::vector<float> rope_inv_freq(const ModelConfig& config);
 
 // Loads a Hugging Face model (folder, cache repo, ORG/NAME) whose weights are
 // f32/f16/bf16 safetensors, views straight into the mapped files.
-std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir);
+// `residency`: read into memory or mapped; unset, as QF_WEIGHTS says
+// (core/weight_residency.h).
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir,
+                                     std::optional<FileResidency> residency = std::nullopt);
 
 // A GGUF file (llama, qwen2, qwen3 architectures; every type kquants reads),
 // weights used in place from the mapping. `runs_on`: where the model will run.

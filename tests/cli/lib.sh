@@ -33,8 +33,8 @@ expect_exit() {
 
 # same_output A B: two outputs are the same. GGUF files: byte-identical.
 # Quantize folders: the same files, byte-identical, except that the report
-# (and the manifest's line for it) may differ in times, the command line and
-# resumed_layers.
+# (and the manifest's line for it) may differ in times (the timing section
+# too), the measured memory, the command line and resumed_layers.
 same_output() {
   $PY - "$1" "$2" <<'PYEOF'
 import json, os, sys
@@ -44,7 +44,7 @@ if os.path.isfile(a) or os.path.isfile(b):
     sys.exit(0)
 fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
 assert fa == fb, f"files differ: {fa} vs {fb}"
-volatile = {"seconds", "peak_rss_bytes", "invocation", "resumed_layers"}
+volatile = {"seconds", "peak_rss_bytes", "measured_peak_rss_bytes", "timing", "invocation", "resumed_layers"}
 def strip(x):
     if isinstance(x, dict):
         return {k: strip(v) for k, v in x.items() if k not in volatile}
