@@ -92,43 +92,42 @@ void invert_lower_f64(const double* l, int64_t ldl, double* x, int64_t ldx, int6
                       ThreadPool* pool) {
   // Row block by row block: with R the rows [r0, r1) and X the inverse so
   // far (rows above r0), L X = I gives
-  //   X[R, 0:r0] = -L[R, R]^-1 T,  T = L[R, 0:r0] X[0:r0, 0:r0]
-  //   X[R, R]    =  L[R, R]^-1
-  // T is gemm_f64 (X's strict upper triangle is zero, so the full product
-  // is the triangular one); both are then one forward substitution down
-  // each column of [-T | I] through L[R, R], the columns split across the pool.
+  //   X[R, R]    =  D,  D = L[R, R]^-1
+  //   X[R, 0:r0] = -D T,  T = L[R, 0:r0] X[0:r0, 0:r0]
+  // D by forward substitution (a block of kCholeskyBlock rows: plain loops),
+  // both products by gemm_f64 (X is lower triangular: b_lower skips its
+  // zeros).
   for (int64_t i = 0; i < n; ++i) std::fill(x + i * ldx, x + i * ldx + n, 0.0);
-  std::vector<double> t;
+  std::vector<double> d(static_cast<size_t>(kCholeskyBlock * kCholeskyBlock)), t;
   for (int64_t r0 = 0; r0 < n; r0 += kCholeskyBlock) {
     const int64_t rb = std::min(kCholeskyBlock, n - r0);
     const double* lrr = l + r0 * ldl + r0;
-    // T = L[R, 0:r0] X[0:r0, 0:r0]  (rb x r0)
-    if (r0 > 0) {
-      t.assign(static_cast<size_t>(rb * r0), 0.0);
-      GemmF64 g;
-      g.m = rb, g.n = r0, g.k = r0;
-      g.a = l + r0 * ldl, g.lda = ldl;
-      g.b = x, g.ldb = ldx;
-      g.c = t.data(), g.ldc = r0;
-      g.subtract = false;
-      gemm_f64(g, level, pool);
-    }
-    const int64_t cols = r0 + rb;
-    auto column = [&](const Chunk& ch) {
-      std::vector<double> z(static_cast<size_t>(rb));
-      for (int64_t c = ch.begin; c < ch.end; ++c) {
-        for (int64_t i = 0; i < rb; ++i) {
-          double v = c < r0 ? -t[static_cast<size_t>(i * r0 + c)] : (c - r0 == i ? 1.0 : 0.0);
-          const double* li = lrr + i * ldl;
-          const int64_t p0 = c < r0 ? 0 : c - r0;  // the identity's column c - r0 is zero above row c - r0
-          for (int64_t p = p0; p < i; ++p) v = std::fma(-li[p], z[static_cast<size_t>(p)], v);
-          z[static_cast<size_t>(i)] = c >= r0 && i < p0 ? 0.0 : v / li[i];
-        }
-        for (int64_t i = 0; i < rb; ++i) x[(r0 + i) * ldx + c] = z[static_cast<size_t>(i)];
+    // D = L[R, R]^-1, column by column (lower, rb x rb, leading dimension rb).
+    std::fill(d.begin(), d.end(), 0.0);
+    for (int64_t c = 0; c < rb; ++c)
+      for (int64_t i = c; i < rb; ++i) {
+        const double* li = lrr + i * ldl;
+        double v = i == c ? 1.0 : 0.0;
+        for (int64_t p = c; p < i; ++p) v = std::fma(-li[p], d[static_cast<size_t>(p * rb + c)], v);
+        d[static_cast<size_t>(i * rb + c)] = v / li[i];
       }
-    };
-    if (pool && cols > 32) pool->parallel_for(cols, 32, column);
-    else column(Chunk{0, 0, cols});
+    for (int64_t i = 0; i < rb; ++i) std::copy_n(d.data() + i * rb, i + 1, x + (r0 + i) * ldx + r0);
+    if (r0 == 0) continue;
+    // T = L[R, 0:r0] X[0:r0, 0:r0], then X[R, 0:r0] = 0 - D T.
+    t.assign(static_cast<size_t>(rb * r0), 0.0);
+    GemmF64 g;
+    g.m = rb, g.n = r0, g.k = r0;
+    g.a = l + r0 * ldl, g.lda = ldl;
+    g.b = x, g.ldb = ldx, g.b_lower = true;
+    g.c = t.data(), g.ldc = r0;
+    g.subtract = false;
+    gemm_f64(g, level, pool);
+    GemmF64 h;
+    h.m = rb, h.n = r0, h.k = rb;
+    h.a = d.data(), h.lda = rb;
+    h.b = t.data(), h.ldb = r0;
+    h.c = x + r0 * ldx, h.ldc = ldx;
+    gemm_f64(h, level, pool);
   }
 }
 

@@ -22,7 +22,7 @@ namespace qf {
 namespace {
 
 constexpr int64_t kPanelRows = 96;  // rows of C per task (a multiple of every level's MR)
-constexpr int64_t kKc = 64;         // steps p per packed panel
+constexpr int64_t kKc = 128;         // steps p per packed panel
 
 // One level's register block: MR rows, NR columns.
 struct Shape {
@@ -210,21 +210,33 @@ void gemm_f64(const GemmF64& g, SimdLevel level, ThreadPool* pool) {
   if (g.m == 0 || g.n == 0 || g.k == 0) return;
   const Shape sh = shape_of(level);
   const int64_t panel_cols = 8 * static_cast<int64_t>(sh.nr);
+  const int64_t tiles = (g.n + sh.nr - 1) / sh.nr;
   const int64_t row_tasks = (g.m + kPanelRows - 1) / kPanelRows, col_tasks = (g.n + panel_cols - 1) / panel_cols;
-  auto task = [&](const Chunk& ch) {
-    thread_local std::vector<double> packed;
-    for (int64_t t = ch.begin; t < ch.end; ++t) {
-      const int64_t i0 = (t / col_tasks) * kPanelRows, i1 = std::min(g.m, i0 + kPanelRows);
-      const int64_t j0 = (t % col_tasks) * panel_cols, j1 = std::min(g.n, j0 + panel_cols);
-      if (g.lower && j0 > i1 - 1 + g.diagonal) continue;  // wholly above the diagonal
-      const int64_t tiles = (j1 - j0 + sh.nr - 1) / sh.nr;
-      packed.resize(static_cast<size_t>(tiles * kKc * sh.nr));
-      for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
-        const int64_t kc = std::min(kKc, g.k - p0);
-        for (int64_t tt = 0; tt < tiles; ++tt) pack_tile(g, p0, kc, j0 + tt * sh.nr, sh.nr, packed.data() + tt * kKc * sh.nr);
+  const int64_t tasks = row_tasks * col_tasks;
+  const bool parallel = pool && tasks > 1;
+  // B is packed one chunk of kKc steps at a time, all its tiles, once for
+  // every task (in parallel by tiles); then each task runs its tile of C over
+  // the chunk. A chain goes on in the next chunk where it stopped.
+  std::vector<double> packed(static_cast<size_t>(tiles * kKc * sh.nr));
+  for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
+    const int64_t kc = std::min(kKc, g.k - p0);
+    // With b_lower, B's rows p < j are zero in column j: tiles from column
+    // p0 + kc on have nothing in this chunk.
+    const int64_t first_tile = 0, last_tile = g.b_lower ? std::min(tiles, (p0 + kc + sh.nr - 1) / sh.nr) : tiles;
+    auto pack = [&](const Chunk& ch) {
+      for (int64_t tt = ch.begin; tt < ch.end; ++tt) pack_tile(g, p0, kc, tt * sh.nr, sh.nr, packed.data() + tt * kKc * sh.nr);
+    };
+    if (parallel && last_tile - first_tile > 8) pool->parallel_for(last_tile, 8, pack);
+    else pack(Chunk{0, 0, last_tile});
+    auto task = [&](const Chunk& ch) {
+      for (int64_t t = ch.begin; t < ch.end; ++t) {
+        const int64_t i0 = (t / col_tasks) * kPanelRows, i1 = std::min(g.m, i0 + kPanelRows);
+        const int64_t j0 = (t % col_tasks) * panel_cols, j1 = std::min(g.n, j0 + panel_cols);
+        if (g.lower && j0 > i1 - 1 + g.diagonal) continue;  // wholly above the diagonal
         // A tile of B (kc x NR) stays in L1 while the row blocks pass over it.
-        for (int64_t tt = 0; tt < tiles; ++tt) {
-          const int64_t j = j0 + tt * sh.nr;
+        for (int64_t j = j0; j < j1; j += sh.nr) {
+          const int64_t tt = j / sh.nr;
+          if (tt >= last_tile) break;
           const int cols = static_cast<int>(std::min<int64_t>(sh.nr, j1 - j));
           for (int64_t i = i0; i < i1; i += sh.mr) {
             const int rows = static_cast<int>(std::min<int64_t>(sh.mr, i1 - i));
@@ -234,11 +246,10 @@ void gemm_f64(const GemmF64& g, SimdLevel level, ThreadPool* pool) {
           }
         }
       }
-    }
-  };
-  const int64_t tasks = row_tasks * col_tasks;
-  if (pool && tasks > 1) pool->parallel_for(tasks, 1, task);
-  else task(Chunk{0, 0, tasks});
+    };
+    if (parallel) pool->parallel_for(tasks, 1, task);
+    else task(Chunk{0, 0, tasks});
+  }
 }
 
 }  // namespace qf

@@ -30,6 +30,11 @@ struct GemmF64 {
   double* c = nullptr;        // C[i][j] = c[i * ldc + j]
   int64_t ldc = 0;
   bool subtract = true;       // C -= A B; false: C += A B
+  // B lower triangular (B[p][j] == 0 for p < j): a tile of columns from j0
+  // starts its chains at p = j0, skipping products with B's zeros. An fma
+  // with a zero product leaves the sum as it is (a +0 sum stays +0), so the
+  // doubles are those of the full chain.
+  bool b_lower = false;
   // Lower triangle only: elements with j > i + diagonal need not be computed
   // (tiles wholly above that line are skipped; the ones crossing it may
   // write above it, so C's other triangle must be scratch there).

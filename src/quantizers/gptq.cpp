@@ -11,6 +11,7 @@
 #include "quantizers/cholesky_f64.h"
 #include "quantizers/gemm_f64.h"
 #include "quantizers/gptq_row.h"
+#include "quantizers/gptq_row_cpu.h"
 #include "quantizers/hessian_update.h"
 
 namespace qf {
@@ -417,7 +418,10 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
         } else {
           rq.fixed = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
         }
-        hd::gptq_row_block(wr, 1, out.q.data() + r * cols, U, cols, err.data() + r * count, 1, i1, i2, rq, loss);
+        hd::gptq_row_block_with(wr, 1, out.q.data() + r * cols, U, cols, err.data() + r * count, 1, i1, i2, rq, loss,
+                                [level](double* w, int64_t, const double* u, double c, int64_t n) {
+                                  gptq_row_update(w, u, c, n, level);
+                                });
       }
     });
     res.flops += static_cast<double>(rows) * static_cast<double>(count) * static_cast<double>(count - 1);
