@@ -181,6 +181,7 @@ void layers_stage(QuantizeRun& r) {
   so.fused_weight_amax = r.plan.fused_nvfp4;
   so.times = &r.times;
   so.release_done_layers = true;  // one layer in memory at a time
+  so.bf16 = r.recipe.calibration.bf16;
   if (r.plan.export_config.kv_cache) so.kv_amax = &r.kv_amax;
   if (r.plan.smoothquant || r.plan.awq)
     so.transform = [&](int64_t li, const std::vector<std::vector<int32_t>>& s,

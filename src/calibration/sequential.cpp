@@ -135,6 +135,30 @@ void release_layer(rt::Model& model, int64_t li) {
   }
 }
 
+// While alive, layer li's Linears (but those that quantize their input) run
+// in bf16 (SequentialOptions::bf16); the originals come back after.
+class Bf16Layer {
+ public:
+  Bf16Layer(rt::Model& model, int64_t li, bool on) : L_(model.mutable_layer(li)) {
+    if (!on) return;
+    for (const rt::LayerLinearId& id : rt::layer_linears(model.config(), li)) {
+      std::shared_ptr<rt::Linear>& slot = rt::layer_linear(L_, id);
+      if (slot->input_quantizer()) continue;
+      saved_.emplace_back(id, slot);
+      slot = rt::make_bf16_linear(slot);
+    }
+  }
+  ~Bf16Layer() {
+    for (auto& [id, lin] : saved_) rt::layer_linear(L_, id) = std::move(lin);
+  }
+  Bf16Layer(const Bf16Layer&) = delete;
+  Bf16Layer& operator=(const Bf16Layer&) = delete;
+
+ private:
+  rt::LayerWeights& L_;
+  std::vector<std::pair<rt::LayerLinearId, std::shared_ptr<rt::Linear>>> saved_;
+};
+
 // The layer's forward flops over every sample.
 double layer_flops(const rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples) {
   double f = 0;
@@ -226,11 +250,14 @@ void widen(std::pair<float, float>& r, const std::vector<float>& x) {
 // sample, with its weights as they are now (before it is quantized).
 ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const ActivationStore& moe_in,
                          const std::vector<std::vector<int32_t>>& routing, bool all, bool hessians, bool ranges,
-                         ThreadPool& pool, PipelineTimes* times) {
+                         ThreadPool& pool, PipelineTimes* times, bool bf16) {
   const ModelConfig& c = model.config();
   const rt::MoeWeights& m = model.weights().layers[static_cast<size_t>(li)].moe;
   const rt::ExpertWeights& ex = e == rt::kSharedExpert ? m.shared : m.experts[static_cast<size_t>(e)];
   const int64_t h = c.hidden_size, ff = ex.gate->out_features(), k = c.num_experts_per_tok;
+  const bool wrap = bf16 && !ex.gate->input_quantizer() && !ex.up->input_quantizer();
+  const std::shared_ptr<const rt::Linear> gate = wrap ? rt::make_bf16_linear(ex.gate) : ex.gate;
+  const std::shared_ptr<const rt::Linear> up = wrap ? rt::make_bf16_linear(ex.up) : ex.up;
   ExpertStats st;
   if (hessians) st.in.emplace(h), st.down_in.emplace(ff);
   std::vector<float> x, g, u;
@@ -248,8 +275,8 @@ ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const Ac
     if (rows == 0) continue;
     st.tokens += rows;
     g.resize(static_cast<size_t>(rows * ff)), u.resize(g.size());
-    ex.gate->forward(x.data(), rows, g.data(), pool);
-    ex.up->forward(x.data(), rows, u.data(), pool);
+    gate->forward(x.data(), rows, g.data(), pool);
+    up->forward(x.data(), rows, u.data(), pool);
     for (int64_t t = 0; t < rows; ++t) rt::swiglu(g.data() + t * ff, u.data() + t * ff, ff);
     PhaseCount* ht = times ? &times->hessian : nullptr;
     if (hessians) add_timed(*st.in, x.data(), rows, h, pool, ht), add_timed(*st.down_in, g.data(), rows, ff, pool, ht);
@@ -295,6 +322,8 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   std::vector<size_t> sizes;
   for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
   ActivationStore hidden(sizes, opts.max_memory_bytes, opts.spill_beside);
+  if (opts.bf16 && opts.device != device::Kind::Cpu)
+    throw unsupported("calibration.precision bf16", "the bf16 calibration forward runs on the CPU only (--device cpu)");
   if (opts.resume_layers > 0 && !opts.restore)
     throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
   std::unique_ptr<rt::DeviceLayerPass> dev;
@@ -332,8 +361,12 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (li < opts.resume_layers) {
       opts.restore(li);
       const auto tr = std::chrono::steady_clock::now();
-      if (dev) dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
-      else run_layer(model, li, samples, hidden, pool, nullptr, true);
+      if (dev) {
+        dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
+      } else {
+        const Bf16Layer in_bf16(model, li, opts.bf16);
+        run_layer(model, li, samples, hidden, pool, nullptr, true);
+      }
       if (times) times->restore.add(seconds_since(tr), fwd_flops);
       if (opts.release_done_layers) release_layer(model, li);
       continue;
@@ -365,7 +398,10 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
         dev->end_capture();
       } else {
-        run_layer(model, li, samples, hidden, pool, obs.get(), false);
+        {
+          const Bf16Layer in_bf16(model, li, opts.bf16);
+          run_layer(model, li, samples, hidden, pool, obs.get(), false);
+        }
         obs->finish();
       }
       if (times) times->forward.add(seconds_since(tc) - (times->hessian.seconds - h0), fwd_flops);
@@ -406,7 +442,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
             const auto te = std::chrono::steady_clock::now();
             const double h0 = times ? times->hessian.seconds : 0.0;
             ex = expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
-                              opts.hessian_weighted_error, opts.observe_ranges, pool, times);
+                              opts.hessian_weighted_error, opts.observe_ranges, pool, times, opts.bf16);
             // The expert's gate and up over its rows again (the capture pass ran them once).
             const rt::LinearShape gs = rt::layer_linear_shape(c, sl);
             if (times)
@@ -418,7 +454,8 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
             token_line.append(":").append(std::to_string(ex->tokens));
             if (ex->tokens == 0 && opts.observe_ranges) {
               // Input ranges from every token instead, so that a static activation scale still covers what the expert would see.
-              const ExpertStats all = expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool, nullptr);
+              const ExpertStats all =
+                  expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool, nullptr, opts.bf16);
               ex->in_range = all.in_range, ex->down_range = all.down_range;
             }
           }
@@ -480,6 +517,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       if (opts.kv_amax) opts.kv_amax->push_back(dev->kv_amax());
     } else {
       KvObserver kv;
+      const Bf16Layer in_bf16(model, li, opts.bf16);
       run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
       if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
     }

@@ -121,6 +121,11 @@ struct SequentialOptions {
   // Called once per sparse layer with a line giving the calibration tokens
   // each expert's statistics came from.
   std::function<void(const std::string&)> log;
+  // The capture and propagation passes (and each expert's rows) run the
+  // layer's Linears in bf16 (rt::make_bf16_linear): weights and inputs
+  // rounded to bf16, products summed in f32. Linears that quantize their
+  // input, routers, attention and norms stay as they are. CPU only.
+  bool bf16 = false;
   // Keep one layer in memory (quantize): once a layer is handed to
   // layer_done, its quantized Linears are replaced by stand-ins holding only
   // their shape and bias (rt::make_released_linear), and the mapped pages

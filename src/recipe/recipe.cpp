@@ -192,7 +192,7 @@ const std::vector<std::string> kKnownModifiers = {
     "REAPPruningModifier", "SparseGPTModifier",
     "SpinQuantModifier", "WandaPruningModifier"};
 const std::vector<std::string> kBaseKeys = {"index", "group", "start", "end", "update", "requires_calibration_data"};
-const std::vector<std::string> kAwqKeys = {"mappings", "offload_device", "duo_scaling", "n_grid", "apply_clip"};
+const std::vector<std::string> kAwqKeys = {"mappings", "offload_device", "duo_scaling", "n_grid", "apply_clip", "loss"};
 const std::vector<std::string> kSmoothQuantKeys = {
     "smoothing_strength", "mappings", "ignore", "num_calibration_steps", "calibration_function", "algorithm",
     "search_smoothing_strength", "smoothing_strength_grid"};
@@ -677,7 +677,7 @@ void Parser::fail_args(const QuantArgsProblem& p, const Entries& a, const YAML::
 
 void Parser::parse_awq_args(const Entries& a, ModifierSpec& m) {
   const std::string k = m.kind;
-  reject_null(a, k, {"duo_scaling", "n_grid", "apply_clip"});
+  reject_null(a, k, {"duo_scaling", "n_grid", "apply_clip", "loss"});
   if (a.has("mappings") && !a.get("mappings").IsNull())
     fail(a.get("mappings"), k + ".mappings: custom mappings are not supported; the llama-family defaults are used "
                                 "(input_layernorm -> q/k/v, v_proj -> o_proj, post_attention_layernorm -> gate/up, "
@@ -695,6 +695,12 @@ void Parser::parse_awq_args(const Entries& a, ModifierSpec& m) {
     if (m.n_grid < 1) fail(a.get("n_grid"), k + ".n_grid: must be >= 1");
   }
   if (a.has("apply_clip")) m.apply_clip = as_bool(a.get("apply_clip"), k + ".apply_clip");
+  if (a.has("loss")) {
+    const std::string v = as_string(a.get("loss"), k + ".loss");
+    if (v != "module" && v != "linear")
+      fail(a.get("loss"), k + ".loss: " + quote(v) + " is not a loss (module: the inspected module's output; linear: each Linear's own output)");
+    m.awq_loss = v;
+  }
 }
 
 void Parser::parse_smoothquant(const Entry& mod, ModifierSpec& m) {
@@ -797,9 +803,16 @@ void Parser::check_static_act_observer(const std::string& name, const YAML::Node
 
 void Parser::parse_calibration(const Entry& e, CalibrationSpec& c) {
   static const std::vector<std::string> keys = {"dataset", "text_field", "num_samples", "seq_len", "seed",
-                                                "moe_calibrate_all_experts"};
+                                                "moe_calibrate_all_experts", "precision"};
   Entries a = entries(e.value, "calibration", &keys);
-  reject_null(a, "calibration", {"dataset", "text_field", "num_samples", "seq_len", "seed", "moe_calibrate_all_experts"});
+  reject_null(a, "calibration",
+              {"dataset", "text_field", "num_samples", "seq_len", "seed", "moe_calibrate_all_experts", "precision"});
+  if (a.has("precision")) {
+    const std::string p = as_string(a.get("precision"), "calibration.precision");
+    if (p == "bf16" || p == "bfloat16") c.bf16 = true;
+    else if (p != "f32" && p != "float32")
+      fail(a.get("precision"), "calibration.precision: " + quote(p) + " is not a calibration precision (f32 or bf16)");
+  }
   if (a.has("moe_calibrate_all_experts"))
     c.moe_calibrate_all_experts = as_bool(a.get("moe_calibrate_all_experts"), "calibration.moe_calibrate_all_experts");
   if (a.has("dataset")) c.dataset = as_string(a.get("dataset"), "calibration.dataset");

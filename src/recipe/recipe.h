@@ -114,6 +114,11 @@ struct ModifierSpec {
   bool duo_scaling = true;
   int64_t n_grid = 20;
   bool apply_clip = true;                 // quantforge: AutoAWQ's clip search after the scales
+  // quantforge: "linear" scores the scales by each balance Linear's own
+  // output error (the AWQ paper's objective, from Gram matrices), "module" by
+  // the inspected module's (AutoAWQ's and llm-compressor's); "" (not given):
+  // linear on the CPU, module on a device (calibration/smoothing.h)
+  std::string awq_loss;
   // SmoothQuantModifier
   double smoothing_strength = 0.5;
   // quantforge: choose the strength per layer from the grid by the quantized
@@ -137,6 +142,10 @@ struct CalibrationSpec {
   // expert's statistics (not only the tokens routed to it); the layer
   // outputs still follow the router (SequentialOptions).
   bool moe_calibrate_all_experts = false;
+  // The arithmetic of the calibration forward (the capture and propagation
+  // passes' Linears): "f32" (default) or "bf16" (weights and activations
+  // rounded to bf16, products summed in f32; docs/calibration.md).
+  bool bf16 = false;
 };
 
 struct ExportSpec {

@@ -770,6 +770,16 @@ TEST(Recipe, TransformModifiers) {
                "defaults are used (input_layernorm -> q/k/v, post_attention_layernorm -> gate/up)");
   expect_error("quant_stage:\n  quant_modifiers:\n    AWQModifier: {duo_scaling: both}\n", ErrorKind::Unsupported,
                "r.yaml:3:32: AWQModifier.duo_scaling: 'both' is not supported (true or false)");
+  EXPECT_EQ(r.modifiers[1].awq_loss, "");  // not given: the CPU's default
+  for (const char* v : {"module", "linear"}) {
+    const Recipe l = parse_recipe_text(std::string("quant_stage:\n  quant_modifiers:\n    AWQModifier: {loss: ") + v +
+                                           "}\n    QuantizationModifier: {scheme: W4A16}\n",
+                                       "r.yaml");
+    EXPECT_EQ(l.modifiers[0].awq_loss, v);
+  }
+  expect_error("quant_stage:\n  quant_modifiers:\n    AWQModifier: {loss: mse}\n", ErrorKind::InvalidInput,
+               "r.yaml:3:25: AWQModifier.loss: 'mse' is not a loss (module: the inspected module's output; linear: each "
+               "Linear's own output)");
   expect_error("quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {alpha: 0.5}\n", ErrorKind::InvalidInput,
                "r.yaml:3:27: SmoothQuantModifier: unknown key 'alpha' (valid keys: smoothing_strength, mappings, ignore, "
                "num_calibration_steps, calibration_function, algorithm, search_smoothing_strength, "

@@ -125,6 +125,14 @@ void forward_row_tiles(const float* x, int64_t n, float* y, int64_t in, int64_t 
 std::unique_ptr<Linear> make_released_linear(int64_t in, int64_t out, std::vector<float> bias, std::string format,
                                              std::string name);
 
+// `src` computed in bf16, as a model runs in bf16 on a GPU: its weight
+// decoded once and rounded to bf16, each input row rounded to bf16, the
+// products summed in f32 (cpu/bf16_gemm.h: VDPBF16PS where the CPU has
+// AVX512-BF16, the same floats by f32 multiply-adds elsewhere); the bias
+// added in f32. decode_row() and bias_values() are src's. For the bf16
+// calibration path; a Linear with an input quantizer is an Internal error.
+std::shared_ptr<Linear> make_bf16_linear(std::shared_ptr<const Linear> src);
+
 // A bias as the Linear factories take it: an F32 tensor, or nullopt when
 // `bias` is empty (pass `b ? &*b : nullptr`).
 std::optional<Tensor> bias_tensor(const std::vector<float>& bias);
