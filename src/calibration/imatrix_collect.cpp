@@ -26,10 +26,14 @@ std::string entry_name(int64_t layer, rt::LinearObserver::Slot slot) {
 // row of sums and one count per expert, each from the tokens routed to it.
 class SquareSums final : public rt::LinearObserver {
  public:
-  SquareSums(bool output, int64_t experts, bool shared) : output_(output), experts_(experts), shared_(shared) {}
+  SquareSums(bool output, int64_t experts, bool shared, ThreadPool& pool)
+      : output_(output), experts_(experts), shared_(shared), pool_(pool) {}
 
   void observe(int64_t layer, Slot slot, const float* x, int64_t n, int64_t in) override {
     if (slot == LmHead && !output_) return;
+    // K and V read Q's input, Up reads Gate's: their entries are copies of
+    // those (result()), summed once.
+    if (slot != LmHead && input_of(slot) != slot) return;
     add(entry_name(layer, slot), 0, 1, x, n, in);
   }
   void observe_moe_input(int64_t layer, const float* xn, int64_t n, int64_t hidden) override {
@@ -49,7 +53,15 @@ class SquareSums final : public rt::LinearObserver {
 
   Imatrix result() const {
     Imatrix m;
+    std::map<std::string, Acc> all = acc_;
     for (const auto& [k, a] : acc_) {
+      const auto copy_as = [&](const char* from, const char* to) {
+        const size_t at = k.find(from);
+        if (at != std::string::npos) all.emplace(std::string(k).replace(at, std::string(from).size(), to), a);
+      };
+      copy_as(".attn_q.", ".attn_k."), copy_as(".attn_q.", ".attn_v."), copy_as(".ffn_gate.", ".ffn_up.");
+    }
+    for (const auto& [k, a] : all) {
       ImatrixEntry e;
       e.in_sum2.assign(a.sum.begin(), a.sum.end());
       for (int64_t c : a.counts) e.count += static_cast<float>(c);
@@ -70,15 +82,19 @@ class SquareSums final : public rt::LinearObserver {
     Acc& a = acc_[name];
     if (a.sum.empty()) a.sum.assign(static_cast<size_t>(nmat * in), 0.0), a.counts.assign(static_cast<size_t>(nmat), 0);
     double* s = a.sum.data() + m * in;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* r = x + t * in;
-      for (int64_t j = 0; j < in; ++j) s[j] += static_cast<double>(r[j]) * r[j];
-    }
+    // Columns in fixed spans on the pool, each summed over the tokens in order.
+    pool_.parallel_for(in, 512, [&](const Chunk& ch) {
+      for (int64_t t = 0; t < n; ++t) {
+        const float* r = x + t * in;
+        for (int64_t j = ch.begin; j < ch.end; ++j) s[j] += static_cast<double>(r[j]) * r[j];
+      }
+    });
     a.counts[static_cast<size_t>(m)] += n;
   }
   bool output_;
   int64_t experts_;
   bool shared_;
+  ThreadPool& pool_;
   std::map<std::string, Acc> acc_;
 };
 
@@ -139,16 +155,17 @@ Imatrix compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std:
   if (o.device != device::Kind::Cpu) {
     m = device_imatrix(model, tok, ids, chunks, o, progress);
   } else {
-    SquareSums sums(o.process_output, model.config().num_experts, model.config().shared_expert_intermediate_size > 0);
+    SquareSums sums(o.process_output, model.config().num_experts, model.config().shared_expert_intermediate_size > 0, pool);
     std::vector<float> logits;
+    rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);  // one cache, its blocks reused by every chunk
     for (int64_t c = 0; c < chunks; ++c) {
-      rt::KvCache cache = model.make_cache(rt::KvDType::F16, o.ctx);
       const int32_t seq = cache.add_sequence();
       rt::Batch b;
       const std::vector<int32_t> t = chunk_tokens(ids, tok, c, o.ctx);
       // llama-imatrix asks for every position's logits; output.weight then sees all tokens.
       for (int64_t j = 0; j < o.ctx; ++j) b.add(t[static_cast<size_t>(j)], seq, j, o.process_output);
       model.forward(b, cache, logits, pool, &sums);
+      cache.free_sequence(seq);
       if (progress) progress(c + 1, chunks);
     }
     m = sums.result();

@@ -248,6 +248,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
     o.n_grid = static_cast<int>(awq->n_grid);
     o.duo_scaling = awq->duo_scaling;
     o.apply_clip = awq->apply_clip;
+    if (!awq->awq_loss.empty()) o.loss = awq->awq_loss == "linear" ? AwqLoss::Linear : AwqLoss::Module;
     o.group_size = awq_group_size;
     plan.awq = o;
   }

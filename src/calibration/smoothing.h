@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,24 @@ int64_t mapping_width(const rt::Model& model, Mapping m);
 void apply_smoothing_scales(rt::Model& model, int64_t li, Mapping which, const std::vector<float>& s,
                             int64_t expert = rt::kNoExpert);
 
+// How AWQ scores a mapping's candidate scales:
+//   Module  the mean squared change of the inspected module's output over the
+//           calibration tokens (AutoAWQ's and llm-compressor's objective): the
+//           attention block for the q/k/v mapping, the MLP for gate/up, the
+//           Linear itself for v -> o and up -> down;
+//   Linear  the mean squared change of every balance Linear's own output (the
+//           AWQ paper's objective, its Eq. 4), computed from the Gram matrix of
+//           the Linears' common input without running them.
+// The Linear -> Linear mappings score the same either way (one Linear is its
+// own module); they always use the Gram matrix. Linear is the default on the
+// CPU (docs/calibration.md compares the two); the device evaluations score
+// modules only.
+enum class AwqLoss { Module, Linear };
+
 struct AwqOptions {
   int n_grid = 20;               // ratios i / n_grid, i = 0 .. n_grid - 1
+  // Unset: Linear on the CPU, Module on a device. Linear on a device is Unsupported.
+  std::optional<AwqLoss> loss;
   bool duo_scaling = true;       // s = x_mean^r / (w_mean^(1-r) + 1e-4); false: s = x_mean^r
   int64_t group_size = 128;      // the fake quantizer's group size (w_mean and the clip groups); <= 0: whole row
   // Also evaluates s = 1 (no scaling) and keeps it unless a grid point is

@@ -118,6 +118,7 @@ void expect_awq_matches_the_cpu(device::Kind kind) {
     const auto awq = [](rt::Model& m, int64_t l, const LayerCalib& c, device::Kind k, ThreadPool& p) {
       AwqOptions o;
       o.group_size = 32, o.device = k;
+      o.loss = AwqLoss::Module;  // what the device scores, on both sides
       return awq_layer(m, l, c, fake_w4, o, p);
     };
     expect_same(run(device::Kind::Cpu, li, awq), run(kind, li, awq), "awq layer " + std::to_string(li));

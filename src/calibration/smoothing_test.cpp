@@ -1,4 +1,5 @@
 #include "calibration/smoothing.h"
+#include "calibration/smoothing_internal.h"
 
 #include <gtest/gtest.h>
 
@@ -331,41 +332,73 @@ std::shared_ptr<rt::Linear> w4_dense(const std::string& name, const float* w, in
   return rt::make_dense_linear(t, &b, name);
 }
 
-TEST(Smoothing, AwqLowersW4LayerError) {
+// The Gram-matrix loss of a weight change d is the sum over the inputs x of
+// |d x|^2, the squared change of the Linear's outputs: checked against
+// running the inputs, in double. (f32 products and a Gram matrix summed in
+// f32 chunks: a relative error far below the search's differences.)
+TEST(Smoothing, GramLossIsTheSquaredOutputChange) {
   ThreadPool pool(2);
-  const int64_t li = 1;
-  auto m = rt::load_hf_model(fixture());
-  const FixtureCalib fc = fixture_calib(*m, li, 16, 128, pool);
-  const std::vector<float> ref = layer_output(*m, li, fc, pool);
+  const int64_t n = 700, rows = 37, cols = 96;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * cols)), d(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = g(rng) * (1.0f + static_cast<float>(rng() % 4));
+  for (float& v : d) v = g(rng) * 0.01f;
+  HessianAccumulator h(cols);
+  h.add(x.data(), n, cols, pool);
+  h.finish(&pool);
+  const std::vector<float> gram = smoothing_detail::gram_of(h);
+  double want = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double p = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        p += static_cast<double>(x[static_cast<size_t>(t * cols + c)]) * d[static_cast<size_t>(r * cols + c)];
+      want += p * p;
+    }
+  const double got = smoothing_detail::gram_quadratic(d.data(), rows, cols, gram.data(), pool);
+  EXPECT_NEAR(got / want, 1.0, 1e-4);
+}
 
-  // Plain RTN of the untouched layer.
-  auto plain = rt::load_hf_model(fixture());
-  replace_layer_linears(*plain, li, w4_dense);
-  const double mse_rtn = mse(layer_output(*plain, li, fc, pool), ref);
+TEST(Smoothing, AwqLowersW4LayerError) {
+  for (const AwqLoss loss : {AwqLoss::Linear, AwqLoss::Module}) {
+    SCOPED_TRACE(loss == AwqLoss::Linear ? "loss: linear" : "loss: module");
+    ThreadPool pool(2);
+    const int64_t li = 1;
+    auto m = rt::load_hf_model(fixture());
+    const FixtureCalib fc = fixture_calib(*m, li, 16, 128, pool);
+    const std::vector<float> ref = layer_output(*m, li, fc, pool);
 
-  AwqOptions o;
-  o.group_size = 128;
-  o.apply_clip = false;
-  auto scaled = rt::load_hf_model(fixture());
-  const SmoothingReport r1 = awq_layer(*scaled, li, fc.calib(), rtn_w4, o, pool);
-  // Scaling alone changes the layer only by rounding.
-  EXPECT_LT(mse(layer_output(*scaled, li, fc, pool), ref), kFoldMseFraction * mse(ref, std::vector<float>(ref.size(), 0.0f)));
-  replace_layer_linears(*scaled, li, w4_dense);
-  const double mse_scaled = mse(layer_output(*scaled, li, fc, pool), ref);
+    // Plain RTN of the untouched layer.
+    auto plain = rt::load_hf_model(fixture());
+    replace_layer_linears(*plain, li, w4_dense);
+    const double mse_rtn = mse(layer_output(*plain, li, fc, pool), ref);
 
-  o.apply_clip = true;
-  const SmoothingReport r2 = awq_layer(*m, li, fc.calib(), rtn_w4, o, pool);
-  replace_layer_linears(*m, li, w4_dense);
-  const double mse_awq = mse(layer_output(*m, li, fc, pool), ref);
+    AwqOptions o;
+    o.group_size = 128;
+    o.apply_clip = false;
+    o.loss = loss;
+    auto scaled = rt::load_hf_model(fixture());
+    const SmoothingReport r1 = awq_layer(*scaled, li, fc.calib(), rtn_w4, o, pool);
+    // Scaling alone changes the layer only by rounding.
+    EXPECT_LT(mse(layer_output(*scaled, li, fc, pool), ref), kFoldMseFraction * mse(ref, std::vector<float>(ref.size(), 0.0f)));
+    replace_layer_linears(*scaled, li, w4_dense);
+    const double mse_scaled = mse(layer_output(*scaled, li, fc, pool), ref);
 
-  for (const auto& l : r2.lines) std::printf("  %s\n", l.c_str());
-  std::printf("  layer %lld output MSE, w4 g128 RTN: %.6g, AWQ scales: %.6g, AWQ scales + clip: %.6g\n",
-              static_cast<long long>(li), mse_rtn, mse_scaled, mse_awq);
-  ASSERT_EQ(r1.entries.size(), 3u);  // GQA: no v_proj -> o_proj
-  for (const auto& e : r1.entries) EXPECT_LE(e.loss_after, e.loss_before) << e.what;
-  EXPECT_LT(mse_scaled, mse_rtn);
-  EXPECT_LT(mse_awq, mse_rtn);
-  EXPECT_EQ(r2.lines.size(), 3u + 5u);
+    o.apply_clip = true;
+    const SmoothingReport r2 = awq_layer(*m, li, fc.calib(), rtn_w4, o, pool);
+    replace_layer_linears(*m, li, w4_dense);
+    const double mse_awq = mse(layer_output(*m, li, fc, pool), ref);
+
+    for (const auto& l : r2.lines) std::printf("  %s\n", l.c_str());
+    std::printf("  layer %lld output MSE, w4 g128 RTN: %.6g, AWQ scales: %.6g, AWQ scales + clip: %.6g\n",
+                static_cast<long long>(li), mse_rtn, mse_scaled, mse_awq);
+    ASSERT_EQ(r1.entries.size(), 3u);  // GQA: no v_proj -> o_proj
+    for (const auto& e : r1.entries) EXPECT_LE(e.loss_after, e.loss_before) << e.what;
+    EXPECT_LT(mse_scaled, mse_rtn);
+    EXPECT_LT(mse_awq, mse_rtn);
+    EXPECT_EQ(r2.lines.size(), 3u + 5u);
+  }
 }
 
 TEST(Smoothing, AwqIsThreadCountIndependentAndSkipsUnquantized) {
