@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -34,16 +35,15 @@ std::string fmt_double(double v) {
 // uniqueness of the Cholesky factor, Hinv = M^-1 = J L^-1 J. One Cholesky and
 // one triangular inverse (~2n^3/3 flops instead of ~8n^3/3), both blocked on
 // the SIMD kernels of gemm_f64 and the pool (quantizers/cholesky_f64.h).
-// On entry `a` is the damped H (n x n, row-major, permuted); on success
-// `hinv` holds Hinv row-major: Hinv[i, j] = hinv[i * n + j] for j >= i
-// (entries below the diagonal are 0). `a` is scratch.
-bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>& hinv, ThreadPool& pool) {
-  // J H J: reverse the rows and the columns.
-  std::reverse(a.begin(), a.end());
+// On entry `a` holds J H J (the damped, permuted H with its rows and
+// columns reversed; only the lower triangle is read), n x n row-major; on
+// success `hinv` holds Hinv row-major: Hinv[i, j] = hinv[i * n + j] for
+// j >= i (entries below the diagonal are 0). `a` is scratch.
+bool inverse_cholesky_upper(double* a, int64_t n, std::vector<double>& hinv, ThreadPool& pool) {
   const SimdLevel level = simd_level();
-  if (!cholesky_lower_f64(a.data(), n, n, level, &pool)) return false;
+  if (!cholesky_lower_f64(a, n, n, level, &pool)) return false;
   hinv.resize(static_cast<size_t>(n * n));
-  invert_lower_f64(a.data(), n, hinv.data(), n, n, level, &pool);  // B = L^-1, lower
+  invert_lower_f64(a, n, hinv.data(), n, n, level, &pool);  // B = L^-1, lower
   // Hinv[i, j] = B[n-1-i, n-1-j]: reversing B's elements makes it upper.
   std::reverse(hinv.begin(), hinv.end());
   for (int64_t i = 0; i < n; ++i) {
@@ -353,18 +353,20 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   const auto make_factor = [&] {
     auto f = std::make_shared<GptqFactor>();
     f->act_order = act_order, f->dampening_frac = opts.dampening_frac, f->cols = cols;
-    std::vector<double> a;
+    // J A J of the damped, permuted H: the lower triangle only (the
+    // factorization reads no more), no zero-fill of the rest.
+    std::unique_ptr<double[]> a;
     f->damping = gptq_damp(opts.dampening_frac, cc.max_diag, [&](double frac, double floor) {
       factor_flops += 2.0 * static_cast<double>(cols) * static_cast<double>(cols) * static_cast<double>(cols) / 3.0;
-      a.resize(static_cast<size_t>(cols * cols));
+      if (!a) a.reset(new double[static_cast<size_t>(cols * cols)]);
       for (int64_t i = 0; i < cols; ++i) {
-        const size_t pi = static_cast<size_t>(perm[static_cast<size_t>(i)]);
+        const size_t pi = static_cast<size_t>(perm[static_cast<size_t>(cols - 1 - i)]);
         const double* hrow = hessian.data() + pi * static_cast<size_t>(cols);
-        double* arow = a.data() + i * cols;
-        for (int64_t j = 0; j < cols; ++j) arow[j] = hrow[perm[static_cast<size_t>(j)]];
+        double* arow = a.get() + i * cols;
+        for (int64_t j = 0; j < i; ++j) arow[j] = hrow[perm[static_cast<size_t>(cols - 1 - j)]];
         arow[i] = cc.diag[pi] + frac * cc.mean_diag + floor;
       }
-      return inverse_cholesky_upper(a, cols, f->hinv, pool);
+      return inverse_cholesky_upper(a.get(), cols, f->hinv, pool);
     });
     if (!f->damping.ok) f->hinv.clear();
     return std::shared_ptr<const GptqFactor>(std::move(f));
@@ -399,11 +401,12 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     int64_t i2 = std::min(i1 + bs, cols);
     if (dynamic_groups) i2 = std::min(i2, (i1 / gs + 1) * gs);  // refits see every update so far
     const int64_t count = i2 - i1;
+    const int width = gptq_rows_width(level);
     pool.parallel_for(rows, kRowGrain, [&](const Chunk& ch) {
       double* loss = &chunk_loss[static_cast<size_t>(ch.index)];  // summed in column order, as one chain per chunk
-      for (int64_t r = ch.begin; r < ch.end; ++r) {
+      // Each row's quantizer for this block (a dynamic group is refitted at its first column).
+      auto row_params = [&](int64_t r) -> const GroupParams* {
         double* wr = W.data() + r * cols;
-        hd::GptqRowQuantizer rq{GroupParams{}, nullptr, nullptr, perm.data(), gs, scheme.qmax()};
         if (dynamic_groups) {
           if (i1 % gs == 0) {
             cur[static_cast<size_t>(r)] = fit_group(wr + i1, std::min(gs, cols - i1), 1, scheme, opts.observer, opts.mse);
@@ -411,17 +414,44 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
             out.scales[pi] = cur[static_cast<size_t>(r)].scale;
             out.zeros[pi] = cur[static_cast<size_t>(r)].zero;
           }
-          rq.fixed = cur[static_cast<size_t>(r)];
-        } else if (static_groups) {
+          return &cur[static_cast<size_t>(r)];
+        }
+        if (static_groups) return nullptr;
+        return &fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
+      };
+      for (int64_t r = ch.begin; r < ch.end;) {
+        if (width > 0) {  // `width` rows at once, each run as the row loop below runs it
+          GptqRows g;
+          g.n = static_cast<int>(std::min<int64_t>(width, ch.end - r));
+          g.per_group = static_groups;
+          for (int k = 0; k < g.n; ++k) {
+            const int64_t rk = r + k;
+            const GroupParams* gp = row_params(rk);
+            g.w[k] = W.data() + rk * cols;
+            g.q[k] = out.q.data() + rk * cols;
+            g.err[k] = err.data() + rk * count;
+            g.scale[k] = gp ? &gp->scale : out.scales.data() + rk * ng;
+            g.zero[k] = gp ? &gp->zero : out.zeros.data() + rk * ng;
+          }
+          gptq_rows_block(g, U, cols, i1, i2, perm.data(), gs, scheme.qmax(), level);
+          for (int k = 0; k < g.n; ++k)  // the loss, row by row in column order
+            for (int64_t i = 0; i < count; ++i) {
+              const double e = g.err[k][i];
+              *loss = hd::mul_add_unfused(e, e, *loss);
+            }
+          r += g.n;
+          continue;
+        }
+        hd::GptqRowQuantizer rq{GroupParams{}, nullptr, nullptr, perm.data(), gs, scheme.qmax()};
+        if (const GroupParams* gp = row_params(r)) {
+          rq.fixed = *gp;
+        } else {
           rq.scales = out.scales.data() + r * ng;
           rq.zeros = out.zeros.data() + r * ng;
-        } else {
-          rq.fixed = fixed[scheme.strategy == QuantStrategy::Tensor ? 0 : static_cast<size_t>(r)];
         }
-        hd::gptq_row_block_with(wr, 1, out.q.data() + r * cols, U, cols, err.data() + r * count, 1, i1, i2, rq, loss,
-                                [level](double* w, int64_t, const double* u, double c, int64_t n) {
-                                  gptq_row_update(w, u, c, n, level);
-                                });
+        hd::gptq_row_block(W.data() + r * cols, 1, out.q.data() + r * cols, U, cols, err.data() + r * count, 1, i1, i2,
+                           rq, loss);
+        ++r;
       }
     });
     res.flops += static_cast<double>(rows) * static_cast<double>(count) * static_cast<double>(count - 1);
