@@ -12,9 +12,17 @@ namespace {
 
 constexpr int64_t kSolveBlock = 16;  // columns a triangular solve takes by plain loops before handing the rest to gemm_f64
 
+// The scalar loops below are written once (always inlined) and compiled
+// twice: at the baseline, where std::fma is a library call, and with the FMA
+// instruction for AVX2 and up. A fused multiply-add is exactly rounded
+// either way, so both give the same doubles; the instruction is many times
+// faster than the call.
+#define QF_CHOL_INLINE __attribute__((always_inline)) inline
+#define QF_CHOL_FMA __attribute__((target("avx2,fma")))
+
 // The unblocked factor of the kb x kb diagonal block at a (already updated
 // by the blocks left of it): left-looking, each sum a chain in p order.
-bool factor_diagonal(double* a, int64_t kb, int64_t lda) {
+QF_CHOL_INLINE bool factor_diagonal_body(double* a, int64_t kb, int64_t lda) {
   for (int64_t j = 0; j < kb; ++j) {
     double* rj = a + j * lda;
     double d = rj[j];
@@ -31,6 +39,33 @@ bool factor_diagonal(double* a, int64_t kb, int64_t lda) {
   }
   return true;
 }
+bool factor_diagonal_base(double* a, int64_t kb, int64_t lda) { return factor_diagonal_body(a, kb, lda); }
+QF_CHOL_FMA bool factor_diagonal_fma(double* a, int64_t kb, int64_t lda) { return factor_diagonal_body(a, kb, lda); }
+bool factor_diagonal(double* a, int64_t kb, int64_t lda, SimdLevel level) {
+  return level >= SimdLevel::Avx2 ? factor_diagonal_fma(a, kb, lda) : factor_diagonal_base(a, kb, lda);
+}
+
+// Rows [begin, end) of x (stride ldx) := x L^-T over the columns [c0, c0 + cw)
+// of the lower factor l, by loops (the in-block part of solve_rows_lt).
+QF_CHOL_INLINE void solve_block_body(double* x, int64_t begin, int64_t end, int64_t ldx, const double* l, int64_t ldl,
+                                     int64_t c0, int64_t cw) {
+  for (int64_t r = begin; r < end; ++r) {
+    double* xr = x + r * ldx;
+    for (int64_t j = c0; j < c0 + cw; ++j) {
+      const double* lj = l + j * ldl;
+      double v = xr[j];
+      for (int64_t p = c0; p < j; ++p) v = std::fma(-xr[p], lj[p], v);
+      xr[j] = v / lj[j];
+    }
+  }
+}
+void solve_block_base(double* x, int64_t b, int64_t e, int64_t ldx, const double* l, int64_t ldl, int64_t c0, int64_t cw) {
+  solve_block_body(x, b, e, ldx, l, ldl, c0, cw);
+}
+QF_CHOL_FMA void solve_block_fma(double* x, int64_t b, int64_t e, int64_t ldx, const double* l, int64_t ldl, int64_t c0,
+                                 int64_t cw) {
+  solve_block_body(x, b, e, ldx, l, ldl, c0, cw);
+}
 
 // Rows x[r] (r < m, stride ldx) := x[r] L^-T for the kb x kb lower factor L
 // at l: x[r][j] = (x[r][j] - sum_{p<j} x[r][p] L[j][p]) / L[j][j]. Columns
@@ -41,15 +76,8 @@ void solve_rows_lt(double* x, int64_t m, int64_t ldx, const double* l, int64_t l
   for (int64_t c0 = 0; c0 < kb; c0 += kSolveBlock) {
     const int64_t cw = std::min(kSolveBlock, kb - c0);
     auto rows = [&](const Chunk& ch) {
-      for (int64_t r = ch.begin; r < ch.end; ++r) {
-        double* xr = x + r * ldx;
-        for (int64_t j = c0; j < c0 + cw; ++j) {
-          const double* lj = l + j * ldl;
-          double v = xr[j];
-          for (int64_t p = c0; p < j; ++p) v = std::fma(-xr[p], lj[p], v);
-          xr[j] = v / lj[j];
-        }
-      }
+      if (level >= SimdLevel::Avx2) solve_block_fma(x, ch.begin, ch.end, ldx, l, ldl, c0, cw);
+      else solve_block_base(x, ch.begin, ch.end, ldx, l, ldl, c0, cw);
     };
     if (pool && m > 64) pool->parallel_for(m, 64, rows);
     else rows(Chunk{0, 0, m});
@@ -71,7 +99,7 @@ bool cholesky_lower_f64(double* a, int64_t n, int64_t lda, SimdLevel level, Thre
   for (int64_t k0 = 0; k0 < n; k0 += kCholeskyBlock) {
     const int64_t kb = std::min(kCholeskyBlock, n - k0);
     double* akk = a + k0 * lda + k0;
-    if (!factor_diagonal(akk, kb, lda)) return false;
+    if (!factor_diagonal(akk, kb, lda, level)) return false;
     const int64_t rest = n - k0 - kb;
     if (rest == 0) break;
     double* panel = a + (k0 + kb) * lda + k0;  // rows below the diagonal block, its columns
@@ -88,47 +116,72 @@ bool cholesky_lower_f64(double* a, int64_t n, int64_t lda, SimdLevel level, Thre
   return true;
 }
 
+namespace {
+
+// x := L^-1 for an n x n lower L with n <= kCholeskyBlock, by forward
+// substitution column by column (x's strict upper triangle zero).
+QF_CHOL_INLINE void invert_small_body(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
+  // L's block is copied first, so that x may be L itself.
+  double lc[kCholeskyBlock * kCholeskyBlock];
+  for (int64_t i = 0; i < n; ++i) std::copy_n(l + i * ldl, i + 1, lc + i * n);
+  l = lc, ldl = n;
+  for (int64_t i = 0; i < n; ++i) std::fill(x + i * ldx, x + i * ldx + n, 0.0);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = c; i < n; ++i) {
+      const double* li = l + i * ldl;
+      double v = i == c ? 1.0 : 0.0;
+      for (int64_t p = c; p < i; ++p) v = std::fma(-li[p], x[p * ldx + c], v);
+      x[i * ldx + c] = v / li[i];
+    }
+}
+void invert_small_base(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
+  invert_small_body(l, ldl, x, ldx, n);
+}
+QF_CHOL_FMA void invert_small_fma(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
+  invert_small_body(l, ldl, x, ldx, n);
+}
+
+// Recursively, with L = [L11 0; L21 L22] split at n1 (a multiple of
+// kCholeskyBlock near n / 2):
+//   X11 = L11^-1, X22 = L22^-1, X21 = -X22 (L21 X11), X12 = 0.
+// x may be l itself (same leading dimension): every block of L is read
+// before its place in X is written.
+// Both products are large (n / 2 rows), so B is packed once for many rows;
+// X11 and X22 are lower triangular, so b_lower and a_lower skip their zeros.
+void invert_rec(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level, ThreadPool* pool) {
+  if (n <= kCholeskyBlock)
+    return level >= SimdLevel::Avx2 ? invert_small_fma(l, ldl, x, ldx, n) : invert_small_base(l, ldl, x, ldx, n);
+  const int64_t n1 = (n / 2 + kCholeskyBlock - 1) / kCholeskyBlock * kCholeskyBlock, n2 = n - n1;
+  invert_rec(l, ldl, x, ldx, n1, level, pool);
+  invert_rec(l + n1 * ldl + n1, ldl, x + n1 * ldx + n1, ldx, n2, level, pool);
+  for (int64_t i = 0; i < n1; ++i) std::fill(x + i * ldx + n1, x + i * ldx + n, 0.0);
+  std::vector<double> t(static_cast<size_t>(n2 * n1), 0.0);
+  GemmF64 g;  // T = L21 X11
+  g.m = n2, g.n = n1, g.k = n1;
+  g.a = l + n1 * ldl, g.lda = ldl;
+  g.b = x, g.ldb = ldx, g.b_lower = true;
+  g.c = t.data(), g.ldc = n1;
+  g.subtract = false;
+  gemm_f64(g, level, pool);
+  double* x21 = x + n1 * ldx;
+  for (int64_t i = 0; i < n2; ++i) std::fill(x21 + i * ldx, x21 + i * ldx + n1, 0.0);
+  GemmF64 h;  // X21 = 0 - X22 T
+  h.m = n2, h.n = n1, h.k = n2;
+  h.a = x + n1 * ldx + n1, h.lda = ldx, h.a_lower = true;
+  h.b = t.data(), h.ldb = n1;
+  h.c = x21, h.ldc = ldx;
+  gemm_f64(h, level, pool);
+}
+
+}  // namespace
+
 void invert_lower_f64(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level,
                       ThreadPool* pool) {
-  // Row block by row block: with R the rows [r0, r1) and X the inverse so
-  // far (rows above r0), L X = I gives
-  //   X[R, R]    =  D,  D = L[R, R]^-1
-  //   X[R, 0:r0] = -D T,  T = L[R, 0:r0] X[0:r0, 0:r0]
-  // D by forward substitution (a block of kCholeskyBlock rows: plain loops),
-  // both products by gemm_f64 (X is lower triangular: b_lower skips its
-  // zeros).
-  for (int64_t i = 0; i < n; ++i) std::fill(x + i * ldx, x + i * ldx + n, 0.0);
-  std::vector<double> d(static_cast<size_t>(kCholeskyBlock * kCholeskyBlock)), t;
-  for (int64_t r0 = 0; r0 < n; r0 += kCholeskyBlock) {
-    const int64_t rb = std::min(kCholeskyBlock, n - r0);
-    const double* lrr = l + r0 * ldl + r0;
-    // D = L[R, R]^-1, column by column (lower, rb x rb, leading dimension rb).
-    std::fill(d.begin(), d.end(), 0.0);
-    for (int64_t c = 0; c < rb; ++c)
-      for (int64_t i = c; i < rb; ++i) {
-        const double* li = lrr + i * ldl;
-        double v = i == c ? 1.0 : 0.0;
-        for (int64_t p = c; p < i; ++p) v = std::fma(-li[p], d[static_cast<size_t>(p * rb + c)], v);
-        d[static_cast<size_t>(i * rb + c)] = v / li[i];
-      }
-    for (int64_t i = 0; i < rb; ++i) std::copy_n(d.data() + i * rb, i + 1, x + (r0 + i) * ldx + r0);
-    if (r0 == 0) continue;
-    // T = L[R, 0:r0] X[0:r0, 0:r0], then X[R, 0:r0] = 0 - D T.
-    t.assign(static_cast<size_t>(rb * r0), 0.0);
-    GemmF64 g;
-    g.m = rb, g.n = r0, g.k = r0;
-    g.a = l + r0 * ldl, g.lda = ldl;
-    g.b = x, g.ldb = ldx, g.b_lower = true;
-    g.c = t.data(), g.ldc = r0;
-    g.subtract = false;
-    gemm_f64(g, level, pool);
-    GemmF64 h;
-    h.m = rb, h.n = r0, h.k = rb;
-    h.a = d.data(), h.lda = rb;
-    h.b = t.data(), h.ldb = r0;
-    h.c = x + r0 * ldx, h.ldc = ldx;
-    gemm_f64(h, level, pool);
-  }
+  invert_rec(l, ldl, x, ldx, n, level, pool);
+}
+
+void invert_lower_in_place_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool) {
+  invert_rec(a, lda, a, lda, n, level, pool);
 }
 
 }  // namespace qf

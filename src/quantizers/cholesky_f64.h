@@ -32,4 +32,9 @@ bool cholesky_lower_f64(double* a, int64_t n, int64_t lda, SimdLevel level, Thre
 void invert_lower_f64(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level,
                       ThreadPool* pool);
 
+// The same inverse written over L itself (a's lower triangle := L^-1, its
+// strict upper triangle := 0), with one (n/2)^2 scratch buffer instead of a
+// second n x n matrix; the same doubles as invert_lower_f64.
+void invert_lower_in_place_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool);
+
 }  // namespace qf

@@ -36,10 +36,12 @@ std::vector<double> spd(int64_t n, int64_t ld, uint32_t seed, double damp = 0.01
 class CholeskyLevels : public test::SimdVsScalarFixture {};
 
 // Every level, on the pool and alone, gives the scalar level's doubles:
-// sizes below, at and across the block size (tails of every kernel).
+// sizes below, at and across the block size (tails of every kernel), and
+// the inverse written over L gives the same doubles as into a new matrix
+// (600: two levels of the inverse's recursion).
 TEST_P(CholeskyLevels, FactorAndInverseEqualTheScalarLevelBitForBit) {
   ThreadPool pool(2);
-  for (const int64_t n : {1, 5, 17, 128, 131, 300}) {
+  for (const int64_t n : {1, 5, 17, 128, 131, 300, 600}) {
     const int64_t ld = n + 2;
     std::vector<double> want = spd(n, ld, static_cast<uint32_t>(n));
     ASSERT_TRUE(cholesky_lower_f64(want.data(), n, ld, SimdLevel::Scalar, nullptr));
@@ -55,6 +57,16 @@ TEST_P(CholeskyLevels, FactorAndInverseEqualTheScalarLevelBitForBit) {
           const size_t at = static_cast<size_t>(i * ld + j);
           ASSERT_EQ(std::memcmp(&got[at], &want[at], sizeof(double)), 0) << "L, n " << n << " [" << i << ", " << j << "]";
           ASSERT_EQ(std::memcmp(&got_inv[at], &want_inv[at], sizeof(double)), 0) << "L^-1, n " << n << " [" << i << ", " << j << "]";
+        }
+      invert_lower_in_place_f64(got.data(), ld, n, GetParam(), p);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t at = static_cast<size_t>(i * ld + j);
+          if (j > i) {
+            ASSERT_EQ(got[at], 0.0) << "in place, upper [" << i << ", " << j << "]";
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(&got[at], &want_inv[at], sizeof(double)), 0) << "in place, n " << n << " [" << i << ", " << j << "]";
         }
     }
   }

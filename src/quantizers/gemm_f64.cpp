@@ -241,8 +241,11 @@ void gemm_f64(const GemmF64& g, SimdLevel level, ThreadPool* pool) {
           for (int64_t i = i0; i < i1; i += sh.mr) {
             const int rows = static_cast<int>(std::min<int64_t>(sh.mr, i1 - i));
             if (g.lower && j > i + rows - 1 + g.diagonal) continue;  // wholly above the diagonal
-            block(level, g.a + i * g.lda + p0, g.lda, packed.data() + tt * kKc * sh.nr, kc, sh.nr, g.c + i * g.ldc + j,
-                  g.ldc, rows, cols, g.subtract);
+            // With a_lower, the block's rows need steps p <= i + rows - 1 only.
+            const int64_t steps = g.a_lower ? std::min(kc, i + rows - p0) : kc;
+            if (steps <= 0) continue;
+            block(level, g.a + i * g.lda + p0, g.lda, packed.data() + tt * kKc * sh.nr, steps, sh.nr,
+                  g.c + i * g.ldc + j, g.ldc, rows, cols, g.subtract);
           }
         }
       }

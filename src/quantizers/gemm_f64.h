@@ -35,6 +35,10 @@ struct GemmF64 {
   // with a zero product leaves the sum as it is (a +0 sum stays +0), so the
   // doubles are those of the full chain.
   bool b_lower = false;
+  // A lower triangular (A[i][p] == 0 for p > i): a block of rows up to i1
+  // ends its chains at p = i1, skipping products with A's zeros (the same
+  // doubles, as for b_lower).
+  bool a_lower = false;
   // Lower triangle only: elements with j > i + diagonal need not be computed
   // (tiles wholly above that line are skipped; the ones crossing it may
   // write above it, so C's other triangle must be scratch there).

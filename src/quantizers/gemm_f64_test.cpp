@@ -26,6 +26,7 @@ struct Case {
   int64_t m, n, k;
   bool trans, sub, lower;
   int64_t diagonal;
+  bool a_lower = false, b_lower = false;  // A (B) lower triangular: its other triangle zero, skipped
 };
 
 // Operands with leading dimensions wider than the rows (3 spare columns),
@@ -47,6 +48,13 @@ Operands make(const Case& cs, uint32_t seed) {
   o.c = randn(static_cast<size_t>(cs.m * g.ldc), seed + 2);
   g.a = o.a.data(), g.b = o.b.data(), g.c = o.c.data();
   g.subtract = cs.sub, g.lower = cs.lower, g.diagonal = cs.diagonal;
+  g.a_lower = cs.a_lower, g.b_lower = cs.b_lower;
+  if (cs.a_lower)
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t p = i + 1; p < cs.k; ++p) o.a[static_cast<size_t>(i * g.lda + p)] = 0.0;
+  if (cs.b_lower)  // B[p][j] == 0 for p < j (B as stored, not transposed)
+    for (int64_t p = 0; p < cs.k; ++p)
+      for (int64_t j = p + 1; j < cs.n; ++j) o.b[static_cast<size_t>(p * g.ldb + j)] = 0.0;
   return o;
 }
 
@@ -55,6 +63,8 @@ const std::vector<Case>& cases() {
       {1, 1, 1, false, true, false, 0},     {5, 7, 3, false, false, false, 0},   {6, 32, 128, false, true, false, 0},
       {13, 45, 129, true, true, false, 0},  {49, 97, 300, false, true, false, 0}, {100, 100, 64, true, true, true, 0},
       {70, 90, 17, false, false, true, 5},  {37, 260, 40, true, true, true, -3}, {130, 30, 257, false, true, false, 0},
+      {300, 200, 300, false, true, false, 0, true, false},  {150, 290, 290, false, false, false, 0, false, true},
+      {260, 260, 260, false, true, false, 0, true, true},
   };
   return c;
 }
@@ -77,7 +87,8 @@ TEST_P(GemmF64Levels, EqualsTheScalarReferenceBitForBit) {
           if (cs.lower && j < cs.n && j > i + cs.diagonal) continue;
           const size_t at = static_cast<size_t>(i * want.g.ldc + j);
           ASSERT_EQ(std::memcmp(&got.c[at], &want.c[at], sizeof(double)), 0)
-              << cs.m << "x" << cs.n << "x" << cs.k << " trans " << cs.trans << " lower " << cs.lower << " at [" << i
+              << cs.m << "x" << cs.n << "x" << cs.k << " trans " << cs.trans << " lower " << cs.lower << " a_lower "
+              << cs.a_lower << " b_lower " << cs.b_lower << " at [" << i
               << ", " << j << "]: " << got.c[at] << " vs " << want.c[at];
         }
     }

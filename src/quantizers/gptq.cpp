@@ -37,17 +37,17 @@ std::string fmt_double(double v) {
 // the SIMD kernels of gemm_f64 and the pool (quantizers/cholesky_f64.h).
 // On entry `a` holds J H J (the damped, permuted H with its rows and
 // columns reversed; only the lower triangle is read), n x n row-major; on
-// success `hinv` holds Hinv row-major: Hinv[i, j] = hinv[i * n + j] for
-// j >= i (entries below the diagonal are 0). `a` is scratch.
-bool inverse_cholesky_upper(double* a, int64_t n, std::vector<double>& hinv, ThreadPool& pool) {
+// success it holds Hinv row-major: Hinv[i, j] = a[i * n + j] for j >= i
+// (entries below the diagonal are 0). Everything happens in `a`: the
+// factor, its inverse and the reversal need no second n x n buffer.
+bool inverse_cholesky_upper(double* a, int64_t n, ThreadPool& pool) {
   const SimdLevel level = simd_level();
   if (!cholesky_lower_f64(a, n, n, level, &pool)) return false;
-  hinv.resize(static_cast<size_t>(n * n));
-  invert_lower_f64(a, n, hinv.data(), n, n, level, &pool);  // B = L^-1, lower
+  invert_lower_in_place_f64(a, n, n, level, &pool);  // B = L^-1, lower, over L
   // Hinv[i, j] = B[n-1-i, n-1-j]: reversing B's elements makes it upper.
-  std::reverse(hinv.begin(), hinv.end());
+  std::reverse(a, a + n * n);
   for (int64_t i = 0; i < n; ++i) {
-    const double* row = hinv.data() + i * n;
+    const double* row = a + i * n;
     for (int64_t j = i; j < n; ++j)
       if (!std::isfinite(row[j])) return false;
     if (!(row[i] > 0.0)) return false;
@@ -366,9 +366,9 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
         for (int64_t j = 0; j < i; ++j) arow[j] = hrow[perm[static_cast<size_t>(cols - 1 - j)]];
         arow[i] = cc.diag[pi] + frac * cc.mean_diag + floor;
       }
-      return inverse_cholesky_upper(a.get(), cols, f->hinv, pool);
+      return inverse_cholesky_upper(a.get(), cols, pool);
     });
-    if (!f->damping.ok) f->hinv.clear();
+    if (f->damping.ok) f->hinv = std::move(a);
     return std::shared_ptr<const GptqFactor>(std::move(f));
   };
   const std::shared_ptr<const GptqFactor> factor =
@@ -376,7 +376,7 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
   if (!factor->damping.ok) return rtn_fallback("Cholesky of the damped Hessian failed (tried " + factor->damping.tried + ")");
   gptq_note_damping(res, factor->damping, name);
   res.flops = factor_flops;
-  const double* U = factor->hinv.data();  // Hinv[i, j] = U[i * cols + j], j >= i
+  const double* U = factor->hinv.get();  // Hinv[i, j] = U[i * cols + j], j >= i
 
   // Group index (in the output numbering) used for processing column j.
   // dynamic: j / gs in processing order (None: identity; Group: g_idx[perm[j]] = j / gs);

@@ -81,7 +81,7 @@ struct GptqFactor {
   double dampening_frac = 0;
   int64_t cols = 0;
   GptqDamping damping;
-  std::vector<double> hinv;  // empty when damping.ok is false
+  std::unique_ptr<double[]> hinv;  // cols x cols; null when damping.ok is false
 };
 
 // One Hessian's factor, kept for the next Linear that shares the Hessian
