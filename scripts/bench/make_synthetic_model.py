@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """Writes a random-weight Llama checkpoint with real model shapes, for benchmarks.
 
-  make_synthetic_model.py OUT [--shape tinyllama-1.1b|fixture] [--seed 0]
+  make_synthetic_model.py OUT [--shape tinyllama-1.1b|llama-3-8b] [--seed 0]
 
 tinyllama-1.1b: hidden 2048, intermediate 5632, 22 layers, 32 heads, 4 KV heads,
 vocab 32000, context 2048, float16, untied lm_head (1.1B parameters, 2.2 GB).
+llama-3-8b: hidden 4096, intermediate 14336, 32 layers, 32 heads, 8 KV heads,
+vocab 128256, context 8192, RoPE theta 500000, float16, untied lm_head (8.0B
+parameters, 16 GB), written as shards of at most 5 GB with
+model.safetensors.index.json, as Hugging Face stores it.
 Weights are N(0, 0.02) (norms 1.0), so throughput and memory are those of the
 real model while the outputs are meaningless. The tokenizer is a placeholder
 of the right size (special tokens, 256 byte tokens, then unique filler
@@ -19,8 +23,10 @@ import struct
 import numpy as np
 
 SHAPES = {
-    "tinyllama-1.1b": dict(hidden=2048, inter=5632, layers=22, heads=32, kv=4, vocab=32000, ctx=2048),
+    "tinyllama-1.1b": dict(hidden=2048, inter=5632, layers=22, heads=32, kv=4, vocab=32000, ctx=2048, theta=10000.0),
+    "llama-3-8b": dict(hidden=4096, inter=14336, layers=32, heads=32, kv=8, vocab=128256, ctx=8192, theta=500000.0),
 }
+SHARD_BYTES = 5 * 10**9
 
 
 def tensor_list(s):
@@ -93,12 +99,33 @@ def main():
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": s["hidden"],
            "intermediate_size": s["inter"], "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
            "num_key_value_heads": s["kv"], "vocab_size": s["vocab"], "max_position_embeddings": s["ctx"],
-           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+           "rms_norm_eps": 1e-5, "rope_theta": s["theta"], "tie_word_embeddings": False, "hidden_act": "silu",
            "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16"}
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     write_tokenizer(a.out, s["vocab"])
-    write_safetensors(os.path.join(a.out, "model.safetensors"), tensor_list(s), np.random.default_rng(a.seed))
+    rng = np.random.default_rng(a.seed)
+    shards, cur, size = [], [], 0
+    for t in tensor_list(s):
+        n = int(np.prod(t[1])) * 2
+        if cur and size + n > SHARD_BYTES:
+            shards.append(cur)
+            cur, size = [], 0
+        cur.append(t)
+        size += n
+    shards.append(cur)
+    if len(shards) == 1:
+        write_safetensors(os.path.join(a.out, "model.safetensors"), shards[0], rng)
+        return
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(os.path.join(a.out, name), shard, rng)
+        for t, shape in shard:
+            weight_map[t] = name
+            total += int(np.prod(shape)) * 2
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
 if __name__ == "__main__":

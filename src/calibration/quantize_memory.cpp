@@ -84,15 +84,17 @@ QuantizeMemory estimate_quantize_memory(const rt::Model& model, const QuantizePl
     // layer, and the previous layer's while its resume state is written.
     m.layer_output = std::max(m.layer_output, 2 * params * 2);
     // The Hessians of a dense layer's four inputs (double), all alive after
-    // the capture pass; then the largest one's factor (the damped copy and
-    // the inverse factor) while it is computed.
+    // the capture pass, with the first one's factor; later, the largest
+    // Hessian with its factor. A factor is one n x n matrix (the damped
+    // copy, factored and inverted in place) and the inverse's (n/2)^2
+    // scratch: 5/4 of a Hessian.
     uint64_t solve = linear_work;
     if (gptq) {
       const int64_t ffn = c.ffn_width(li);
       const uint64_t all = (2 * sq(c.hidden_size) + sq(c.q_dim()) + (c.moe_layer(li) ? 0 : sq(ffn))) * 8;
       const uint64_t one = sq(static_cast<int64_t>(widest)) * 8;
       const uint64_t expert = c.moe_layer(li) ? (sq(c.hidden_size) + sq(ffn)) * 8 : 0;  // one expert's two Hessians
-      solve += std::max(all + expert + 2 * sq(c.hidden_size) * 8, 3 * one);
+      solve += std::max(all + expert + sq(c.hidden_size) * 8 * 5 / 4, one * 9 / 4);
     }
     m.solve = std::max(m.solve, solve);
     // One sample through one layer: the layer's activations (normed input,

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -89,6 +92,55 @@ TEST(MappedFile, InMemoryHoldsTheFileBytes) {
   EXPECT_QF_ERROR(MappedFile::open(d / "missing.bin", FileResidency::InMemory), ErrorKind::NotFound,
                   "missing.bin: no such file");
   EXPECT_QF_ERROR(MappedFile::open(d.path(), FileResidency::InMemory), ErrorKind::InvalidInput, "not a regular file");
+}
+
+// The resident bytes (smaps "Rss") of the mapping that holds `p`; -1 when
+// /proc/self/smaps cannot tell.
+int64_t resident_bytes_of_mapping(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
+  }
+  return -1;
+}
+
+// A file map's pages, once released, leave the process's resident memory
+// and read back the same bytes; memory that is not a file map (the heap, a
+// file read into memory) is left as it is.
+TEST(ReleaseMappedPages, DropsAFileMapsPagesAndNothingElse) {
+  test::TempDir d;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), size = 64 * page;
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
+  test::write_file(d / "w.bin", bytes);
+  auto m = MappedFile::open(d / "w.bin");
+  ASSERT_EQ(m->size(), size);
+  EXPECT_EQ(std::memcmp(m->data(), bytes.data(), size), 0);  // every page touched
+  const int64_t before = resident_bytes_of_mapping(m->data());
+  if (before < 0) GTEST_SKIP() << "/proc/self/smaps does not list the map";
+  EXPECT_GE(before, static_cast<int64_t>(size));
+  release_mapped_pages(m->data(), size);
+  EXPECT_EQ(resident_bytes_of_mapping(m->data()), 0);
+  EXPECT_EQ(std::memcmp(m->data(), bytes.data(), size), 0);  // read again from the file
+
+  std::vector<char> heap(bytes.begin(), bytes.end());
+  release_mapped_pages(heap.data(), heap.size());
+  EXPECT_TRUE(std::equal(heap.begin(), heap.end(), bytes.begin()));
+  auto copy = MappedFile::open(d / "w.bin", FileResidency::InMemory);
+  release_mapped_pages(copy->data(), copy->size());
+  EXPECT_EQ(std::memcmp(copy->data(), bytes.data(), size), 0);
+  release_mapped_pages(m->data() + 1, page);  // no whole page inside: nothing to do
+  EXPECT_EQ(std::memcmp(m->data(), bytes.data(), size), 0);
 }
 
 TEST(WriteOutputFile, ReplacesFilesFollowsLinksAndWritesThroughFifos) {

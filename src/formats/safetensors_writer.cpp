@@ -177,7 +177,14 @@ void SafetensorsWriter::Impl::write_shard(AtomicFile& out, ShardData& shard) con
   if (data->size() != shard.bytes)
     throw Error(ErrorKind::Internal, shard.path().string() + ": holds " + std::to_string(data->size()) +
                                          " bytes, expected " + std::to_string(shard.bytes));
-  out.write(data->data(), data->size());
+  // In slices, each slice's pages given back once copied: the shard's data
+  // never sits in the process's resident memory as a whole.
+  constexpr size_t kSlice = size_t{64} << 20;
+  for (size_t off = 0; off < data->size(); off += kSlice) {
+    const size_t n = std::min(kSlice, data->size() - off);
+    out.write(data->data() + off, n);
+    release_mapped_pages(data->data() + off, n);
+  }
 }
 
 std::string SafetensorsWriter::Impl::index_json(const std::vector<std::string>& files) const {

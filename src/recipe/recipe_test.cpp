@@ -342,6 +342,16 @@ TEST(Recipe, CalibrationAndExportSections) {
   EXPECT_EQ(r.calibration.num_samples, 256);
   EXPECT_EQ(r.calibration.seq_len, 2048);
   EXPECT_EQ(r.calibration.seed, 7u);
+  EXPECT_FALSE(r.calibration.bf16);  // f32 unless asked
+  for (const char* p : {"bf16", "bfloat16", "f32", "float32"}) {
+    const Recipe q = parse_recipe_text(std::string("quant_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\n"
+                                                   "calibration: {precision: ") + p + "}\n",
+                                       "r.yaml");
+    EXPECT_EQ(q.calibration.bf16, p[0] == 'b') << p;
+  }
+  expect_error("quant_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\ncalibration: {precision: f16}\n",
+               ErrorKind::InvalidInput,
+               "r.yaml:4:26: calibration.precision: 'f16' is not a calibration precision (f32 or bf16)");
   EXPECT_EQ(r.export_.format, "gptq");
   EXPECT_EQ(r.export_.format_where, "r.yaml:11:11");
   EXPECT_EQ(r.export_.max_shard_bytes, 2000000000ull);
