@@ -9,6 +9,7 @@
 
 #include "calibration/activation_store.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device_runtime.h"
 
@@ -133,6 +134,7 @@ void release_layer(rt::Model& model, int64_t li) {
     L.moe.router->release_pages();
     if (L.moe.shared_gate) L.moe.shared_gate->release_pages();
   }
+  release_free_heap();  // the layer's temporaries, freed by now, leave the resident memory too
 }
 
 // While alive, layer li's Linears (but those that quantize their input) run

@@ -1,6 +1,7 @@
 #include "core/io.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,6 +114,12 @@ MappedFile::~MappedFile() {
     map_registry().erase(reinterpret_cast<uintptr_t>(region_));
   }
   munmap(region_, region_size_);
+}
+
+void release_free_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 void release_mapped_pages(const void* data, size_t bytes) {

@@ -68,6 +68,12 @@ class MappedFile {
 // heap, an InMemory copy) is left alone.
 void release_mapped_pages(const void* data, size_t bytes);
 
+// Gives the allocator's free memory back to the system (glibc: malloc_trim,
+// which also drops the free pages inside its arenas), so that what a finished
+// step freed stops counting in the resident memory instead of lingering as
+// fragments; a no-op with other C libraries.
+void release_free_heap();
+
 // The whole file. A folder is InvalidInput, a missing file NotFound.
 std::string read_text_file(const std::filesystem::path& path);
 

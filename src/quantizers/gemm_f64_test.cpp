@@ -10,17 +10,12 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "simd_level_fixture.h"
+#include "test_util.h"
 
 namespace qf {
 namespace {
 
-std::vector<double> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> g(0.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = g(rng);
-  return v;
-}
+std::vector<double> randn(size_t n, uint32_t seed) { return test::randn<double>(n, seed); }
 
 struct Case {
   int64_t m, n, k;

@@ -14,19 +14,14 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "runtime/linear.h"
+#include "test_util.h"
 
 namespace qf::rt {
 namespace {
 
-constexpr int64_t kIn = 301, kOut = 37, kTokens = 9;  // odd: VDPBF16PS pairs with a tail
+using test::randn;
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+constexpr int64_t kIn = 301, kOut = 37, kTokens = 9;  // odd: VDPBF16PS pairs with a tail
 
 std::vector<float> to_bf16_values(std::vector<float> v) {
   for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));

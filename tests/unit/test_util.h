@@ -5,6 +5,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -30,6 +31,17 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// n normally distributed values (mean 0, standard deviation `scale`) drawn
+// from std::mt19937(seed), the same sequence on every run.
+template <class T = float>
+std::vector<T> randn(size_t n, uint32_t seed, T scale = T(1)) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<T> d(T(0), scale);
+  std::vector<T> v(n);
+  for (T& x : v) x = d(rng);
+  return v;
+}
 
 inline void write_file(const std::filesystem::path& p, const std::string& data) {
   std::filesystem::create_directories(p.parent_path());
