@@ -169,9 +169,10 @@ double layer_flops(const rt::Model& model, int64_t li, const std::vector<std::ve
 }
 
 // Layer li over every sample, one sample at a time, through one cache whose
-// blocks each sample reuses.
-void run_layer(const rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples,
-               ActivationStore& hidden, ThreadPool& pool, rt::LinearObserver* obs, bool write_back) {
+// blocks each sample reuses; its Linears in bf16 while it runs when `bf16`.
+void run_layer(rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples, ActivationStore& hidden,
+               ThreadPool& pool, rt::LinearObserver* obs, bool write_back, bool bf16) {
+  const Bf16Layer in_bf16(model, li, bf16);
   int64_t longest = 1;
   for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
   rt::KvCache cache = model.make_cache(rt::KvDType::F16, longest);
@@ -363,12 +364,8 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     if (li < opts.resume_layers) {
       opts.restore(li);
       const auto tr = std::chrono::steady_clock::now();
-      if (dev) {
-        dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
-      } else {
-        const Bf16Layer in_bf16(model, li, opts.bf16);
-        run_layer(model, li, samples, hidden, pool, nullptr, true);
-      }
+      if (dev) dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
+      else run_layer(model, li, samples, hidden, pool, nullptr, true, opts.bf16);
       if (times) times->restore.add(seconds_since(tr), fwd_flops);
       if (opts.release_done_layers) release_layer(model, li);
       continue;
@@ -400,10 +397,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
         dev->end_capture();
       } else {
-        {
-          const Bf16Layer in_bf16(model, li, opts.bf16);
-          run_layer(model, li, samples, hidden, pool, obs.get(), false);
-        }
+        run_layer(model, li, samples, hidden, pool, obs.get(), false, opts.bf16);
         obs->finish();
       }
       if (times) times->forward.add(seconds_since(tc) - (times->hessian.seconds - h0), fwd_flops);
@@ -519,8 +513,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       if (opts.kv_amax) opts.kv_amax->push_back(dev->kv_amax());
     } else {
       KvObserver kv;
-      const Bf16Layer in_bf16(model, li, opts.bf16);
-      run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true);
+      run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true, opts.bf16);
       if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
     }
     if (times) times->propagate.add(seconds_since(tp), fwd_flops);

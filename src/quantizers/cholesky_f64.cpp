@@ -118,70 +118,61 @@ bool cholesky_lower_f64(double* a, int64_t n, int64_t lda, SimdLevel level, Thre
 
 namespace {
 
-// x := L^-1 for an n x n lower L with n <= kCholeskyBlock, by forward
-// substitution column by column (x's strict upper triangle zero).
-QF_CHOL_INLINE void invert_small_body(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
-  // L's block is copied first, so that x may be L itself.
-  double lc[kCholeskyBlock * kCholeskyBlock];
-  for (int64_t i = 0; i < n; ++i) std::copy_n(l + i * ldl, i + 1, lc + i * n);
-  l = lc, ldl = n;
-  for (int64_t i = 0; i < n; ++i) std::fill(x + i * ldx, x + i * ldx + n, 0.0);
+// L^-1 over the n x n lower L at a, n <= kCholeskyBlock, by forward
+// substitution column by column from a copy of L (the strict upper
+// triangle set to zero).
+QF_CHOL_INLINE void invert_small_body(double* a, int64_t lda, int64_t n) {
+  double l[kCholeskyBlock * kCholeskyBlock];
+  for (int64_t i = 0; i < n; ++i) std::copy_n(a + i * lda, i + 1, l + i * n);
+  for (int64_t i = 0; i < n; ++i) std::fill(a + i * lda, a + i * lda + n, 0.0);
   for (int64_t c = 0; c < n; ++c)
     for (int64_t i = c; i < n; ++i) {
-      const double* li = l + i * ldl;
+      const double* li = l + i * n;
       double v = i == c ? 1.0 : 0.0;
-      for (int64_t p = c; p < i; ++p) v = std::fma(-li[p], x[p * ldx + c], v);
-      x[i * ldx + c] = v / li[i];
+      for (int64_t p = c; p < i; ++p) v = std::fma(-li[p], a[p * lda + c], v);
+      a[i * lda + c] = v / li[i];
     }
 }
-void invert_small_base(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
-  invert_small_body(l, ldl, x, ldx, n);
-}
-QF_CHOL_FMA void invert_small_fma(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n) {
-  invert_small_body(l, ldl, x, ldx, n);
-}
+void invert_small_base(double* a, int64_t lda, int64_t n) { invert_small_body(a, lda, n); }
+QF_CHOL_FMA void invert_small_fma(double* a, int64_t lda, int64_t n) { invert_small_body(a, lda, n); }
 
 // Recursively, with L = [L11 0; L21 L22] split at n1 (a multiple of
 // kCholeskyBlock near n / 2):
-//   X11 = L11^-1, X22 = L22^-1, X21 = -X22 (L21 X11), X12 = 0.
-// x may be l itself (same leading dimension): every block of L is read
-// before its place in X is written.
-// Both products are large (n / 2 rows), so B is packed once for many rows;
-// X11 and X22 are lower triangular, so b_lower and a_lower skip their zeros.
-void invert_rec(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level, ThreadPool* pool) {
+//   X11 = L11^-1, X22 = L22^-1, X21 = -X22 (L21 X11), X12 = 0,
+// each block of X written over its block of L once that is read (L21 is
+// read into T before X21 takes its place). Both products are large (n / 2
+// rows), so B is packed once for many rows; X11 and X22 are lower
+// triangular, so b_lower and a_lower skip their zeros.
+void invert_rec(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool) {
   if (n <= kCholeskyBlock)
-    return level >= SimdLevel::Avx2 ? invert_small_fma(l, ldl, x, ldx, n) : invert_small_base(l, ldl, x, ldx, n);
+    return level >= SimdLevel::Avx2 ? invert_small_fma(a, lda, n) : invert_small_base(a, lda, n);
   const int64_t n1 = (n / 2 + kCholeskyBlock - 1) / kCholeskyBlock * kCholeskyBlock, n2 = n - n1;
-  invert_rec(l, ldl, x, ldx, n1, level, pool);
-  invert_rec(l + n1 * ldl + n1, ldl, x + n1 * ldx + n1, ldx, n2, level, pool);
-  for (int64_t i = 0; i < n1; ++i) std::fill(x + i * ldx + n1, x + i * ldx + n, 0.0);
+  double* a22 = a + n1 * lda + n1;
+  double* a21 = a + n1 * lda;
+  invert_rec(a, lda, n1, level, pool);
+  invert_rec(a22, lda, n2, level, pool);
+  for (int64_t i = 0; i < n1; ++i) std::fill(a + i * lda + n1, a + i * lda + n, 0.0);
   std::vector<double> t(static_cast<size_t>(n2 * n1), 0.0);
   GemmF64 g;  // T = L21 X11
   g.m = n2, g.n = n1, g.k = n1;
-  g.a = l + n1 * ldl, g.lda = ldl;
-  g.b = x, g.ldb = ldx, g.b_lower = true;
+  g.a = a21, g.lda = lda;
+  g.b = a, g.ldb = lda, g.b_lower = true;
   g.c = t.data(), g.ldc = n1;
   g.subtract = false;
   gemm_f64(g, level, pool);
-  double* x21 = x + n1 * ldx;
-  for (int64_t i = 0; i < n2; ++i) std::fill(x21 + i * ldx, x21 + i * ldx + n1, 0.0);
+  for (int64_t i = 0; i < n2; ++i) std::fill(a21 + i * lda, a21 + i * lda + n1, 0.0);
   GemmF64 h;  // X21 = 0 - X22 T
   h.m = n2, h.n = n1, h.k = n2;
-  h.a = x + n1 * ldx + n1, h.lda = ldx, h.a_lower = true;
+  h.a = a22, h.lda = lda, h.a_lower = true;
   h.b = t.data(), h.ldb = n1;
-  h.c = x21, h.ldc = ldx;
+  h.c = a21, h.ldc = lda;
   gemm_f64(h, level, pool);
 }
 
 }  // namespace
 
-void invert_lower_f64(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level,
-                      ThreadPool* pool) {
-  invert_rec(l, ldl, x, ldx, n, level, pool);
-}
-
-void invert_lower_in_place_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool) {
-  invert_rec(a, lda, a, lda, n, level, pool);
+void invert_lower_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool) {
+  invert_rec(a, lda, n, level, pool);
 }
 
 }  // namespace qf

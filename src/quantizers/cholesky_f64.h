@@ -26,15 +26,10 @@ inline constexpr int64_t kCholeskyBlock = 128;
 // numerically positive definite).
 bool cholesky_lower_f64(double* a, int64_t n, int64_t lda, SimdLevel level, ThreadPool* pool);
 
-// x (n x n, leading dimension ldx) := L^-1 for the lower triangular L in
-// l's lower triangle (diagonal nonzero); x's strict upper triangle is set
-// to zero. l and x must not overlap.
-void invert_lower_f64(const double* l, int64_t ldl, double* x, int64_t ldx, int64_t n, SimdLevel level,
-                      ThreadPool* pool);
-
-// The same inverse written over L itself (a's lower triangle := L^-1, its
-// strict upper triangle := 0), with one (n/2)^2 scratch buffer instead of a
-// second n x n matrix; the same doubles as invert_lower_f64.
-void invert_lower_in_place_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool);
+// a (n x n, leading dimension lda) := L^-1 for the lower triangular L in
+// its lower triangle (diagonal nonzero), written over L; the strict upper
+// triangle is set to zero. Needs one (n/2)^2 scratch buffer, not a second
+// n x n matrix.
+void invert_lower_f64(double* a, int64_t lda, int64_t n, SimdLevel level, ThreadPool* pool);
 
 }  // namespace qf

@@ -22,7 +22,7 @@ namespace qf {
 namespace {
 
 constexpr int64_t kPanelRows = 96;  // rows of C per task (a multiple of every level's MR)
-constexpr int64_t kKc = 128;         // steps p per packed panel
+constexpr int64_t kKc = 128;        // steps p per packed panel
 
 // One level's register block: MR rows, NR columns.
 struct Shape {
@@ -222,11 +222,11 @@ void gemm_f64(const GemmF64& g, SimdLevel level, ThreadPool* pool) {
     const int64_t kc = std::min(kKc, g.k - p0);
     // With b_lower, B's rows p < j are zero in column j: tiles from column
     // p0 + kc on have nothing in this chunk.
-    const int64_t first_tile = 0, last_tile = g.b_lower ? std::min(tiles, (p0 + kc + sh.nr - 1) / sh.nr) : tiles;
+    const int64_t last_tile = g.b_lower ? std::min(tiles, (p0 + kc + sh.nr - 1) / sh.nr) : tiles;
     auto pack = [&](const Chunk& ch) {
       for (int64_t tt = ch.begin; tt < ch.end; ++tt) pack_tile(g, p0, kc, tt * sh.nr, sh.nr, packed.data() + tt * kKc * sh.nr);
     };
-    if (parallel && last_tile - first_tile > 8) pool->parallel_for(last_tile, 8, pack);
+    if (parallel && last_tile > 8) pool->parallel_for(last_tile, 8, pack);
     else pack(Chunk{0, 0, last_tile});
     auto task = [&](const Chunk& ch) {
       for (int64_t t = ch.begin; t < ch.end; ++t) {

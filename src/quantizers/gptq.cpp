@@ -43,7 +43,7 @@ std::string fmt_double(double v) {
 bool inverse_cholesky_upper(double* a, int64_t n, ThreadPool& pool) {
   const SimdLevel level = simd_level();
   if (!cholesky_lower_f64(a, n, n, level, &pool)) return false;
-  invert_lower_in_place_f64(a, n, n, level, &pool);  // B = L^-1, lower, over L
+  invert_lower_f64(a, n, n, level, &pool);  // B = L^-1, lower, over L
   // Hinv[i, j] = B[n-1-i, n-1-j]: reversing B's elements makes it upper.
   std::reverse(a, a + n * n);
   for (int64_t i = 0; i < n; ++i) {

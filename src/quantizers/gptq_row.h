@@ -23,24 +23,12 @@ struct GptqRowQuantizer {
   int32_t qmax;
 };
 
-// w[j * ws] -= c * u[j] for j < n, the product and the difference rounded
-// separately (never one fused multiply-add).
-struct GptqRowUpdate {
-  QF_HD void operator()(double* w, int64_t ws, const double* u, double c, int64_t n) const {
-    for (int64_t j = 0; j < n; ++j) w[j * ws] = mul_add_unfused(c, u[j], w[j * ws]);  // w - e u, exactly
-  }
-};
-
 // Columns [i1, i2) of one row, in processing order: w[i * ws] the working
 // weight (updated in place), U + i * ldu row i of Hinv (the upper Cholesky
 // factor of H^-1), err[(i - i1) * es] receives (w - q) / Hinv[i, i], codes
-// go to q[perm[i]] (the original column), *loss += err^2. `update` applies
-// each column's error to the block's later columns (GptqRowUpdate, or a
-// vector version that rounds the same way).
-template <typename Update>
-QF_HD inline void gptq_row_block_with(double* w, int64_t ws, uint8_t* q, const double* U, int64_t ldu, double* err,
-                                      int64_t es, int64_t i1, int64_t i2, const GptqRowQuantizer& rq, double* loss,
-                                      const Update& update) {
+// go to q[perm[i]] (the original column), *loss += err^2.
+QF_HD inline void gptq_row_block(double* w, int64_t ws, uint8_t* q, const double* U, int64_t ldu, double* err,
+                                 int64_t es, int64_t i1, int64_t i2, const GptqRowQuantizer& rq, double* loss) {
   for (int64_t i = i1; i < i2; ++i) {
     GroupParams p = rq.fixed;
     if (rq.scales) {
@@ -55,13 +43,8 @@ QF_HD inline void gptq_row_block_with(double* w, int64_t ws, uint8_t* q, const d
     const double e = (x - qd) / urow[i];
     *loss = mul_add_unfused(e, e, *loss);
     err[(i - i1) * es] = e;
-    update(w + (i + 1) * ws, ws, urow + i + 1, -e, i2 - i - 1);
+    for (int64_t j = i + 1; j < i2; ++j) w[j * ws] = mul_add_unfused(-e, urow[j], w[j * ws]);  // w - e u, exactly
   }
-}
-
-QF_HD inline void gptq_row_block(double* w, int64_t ws, uint8_t* q, const double* U, int64_t ldu, double* err,
-                                 int64_t es, int64_t i1, int64_t i2, const GptqRowQuantizer& rq, double* loss) {
-  gptq_row_block_with(w, ws, q, U, ldu, err, es, i1, i2, rq, loss, GptqRowUpdate{});
 }
 
 }  // namespace qf::hd

@@ -1,6 +1,7 @@
-// The CPU's vector version of GPTQ's per-row update (quantizers/gptq_row.h,
-// GptqRowUpdate) for contiguous rows, per SIMD level (core/simd.h): the same
-// doubles as the scalar loop, each product and difference rounded apart.
+// The CPU's vector version of GPTQ's row loop (quantizers/gptq_row.h,
+// hd::gptq_row_block) for several rows at once, per SIMD level
+// (core/simd.h): the same doubles as the scalar loop, each product and
+// difference rounded apart.
 #pragma once
 
 #include <cstdint>
@@ -9,15 +10,8 @@
 
 namespace qf {
 
-// w[j] += c * u[j] for j < n: the product rounded, then the sum.
-void gptq_row_update(double* w, const double* u, double c, int64_t n, SimdLevel level);
-
-}  // namespace qf
-
-namespace qf {
-
 // Eight rows of GPTQ's block [i1, i2) at once (AVX-512; four at AVX2), each
-// row run exactly as hd::gptq_row_block_with runs it: the same codes, the
+// row run exactly as hd::gptq_row_block runs it: the same codes, the
 // same errors, the same updated weights. Row k < n: w[k] its working
 // weight (column i at w[k][i]), q[k] its codes (column i's at q[k][perm[i]]),
 // err[k] its block of errors (column i's at err[k][i - i1]). Quantizer of

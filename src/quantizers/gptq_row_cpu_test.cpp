@@ -14,32 +14,14 @@
 namespace qf {
 namespace {
 
-class GptqRowUpdateLevels : public test::SimdVsScalarFixture {};
-
-// The vector update against the shared scalar loop of gptq_row.h, bit for
-// bit, for lengths with every tail of 8 and 4.
-TEST_P(GptqRowUpdateLevels, EqualsTheSharedScalarLoopBitForBit) {
-  std::mt19937 rng(3);
-  std::normal_distribution<double> g(0.0, 1.0);
-  for (int64_t n = 0; n < 40; ++n) {
-    std::vector<double> u(static_cast<size_t>(n)), w(static_cast<size_t>(n));
-    for (double& v : u) v = g(rng);
-    for (double& v : w) v = g(rng) * 3;
-    const double c = g(rng);
-    std::vector<double> want = w, got = w;
-    hd::GptqRowUpdate{}(want.data(), 1, u.data(), c, n);
-    gptq_row_update(got.data(), u.data(), c, n, GetParam());
-    for (int64_t j = 0; j < n; ++j)
-      ASSERT_EQ(std::memcmp(&got[static_cast<size_t>(j)], &want[static_cast<size_t>(j)], sizeof(double)), 0) << n << " " << j;
-  }
-}
+class GptqRowsLevels : public test::SimdVsScalarFixture {};
 
 // GPTQ as a whole at every level against the scalar level, bit for bit:
 // rows taken 8 (4) at a time by the vector block, the factor and the lazy
 // updates on the level's GEMM tiles, for every act-order mode, the group,
 // channel and tensor strategies, symmetric and not, and a row count that
 // leaves a partial group of rows.
-TEST_P(GptqRowUpdateLevels, GptqEqualsTheScalarLevelBitForBit) {
+TEST_P(GptqRowsLevels, GptqEqualsTheScalarLevelBitForBit) {
   const int64_t rows = 45, cols = 192, n = 300;
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 1.0f);
@@ -75,7 +57,7 @@ TEST_P(GptqRowUpdateLevels, GptqEqualsTheScalarLevelBitForBit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gptq, GptqRowUpdateLevels, test::all_simd_levels(), test::simd_case_name);
+INSTANTIATE_TEST_SUITE_P(Gptq, GptqRowsLevels, test::all_simd_levels(), test::simd_case_name);
 
 }  // namespace
 }  // namespace qf
