@@ -1,4 +1,4 @@
-// quantforge bench MODEL [-p 512] [-n 128] [--batch B] [--kv-dtype f16|f8|int8] [--reps R] [--json OUT]
+// quantforge bench MODEL [-p 512] [-n 128] [--batch B] [--kv-dtype T] [--kv-budget 8GiB] [--reps R] [--json OUT]
 #include <cstdio>
 
 #include "commands.h"
@@ -7,13 +7,15 @@
 #include "formats/hf/resolve.h"
 #include "core/io.h"
 #include "core/weight_residency.h"
+#include "calibration/activation_store.h"
 #include "eval/bench.h"
 
 namespace qf::cli {
 namespace {
 
 struct BenchOpts {
-  std::string model, kv = "f16", json_out, device = "cpu";
+  std::string model, json_out, device = "cpu", kv_budget;
+  KvFlags kv;
   int64_t p = 512, n = 128, batch = 1;
   int reps = 1, threads = 0;
 };
@@ -27,7 +29,8 @@ void run_bench(const BenchOpts& o) {
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
   std::unique_ptr<rt::Model> model = rt::load_model(o.model, kind);
   eval::BenchOptions b;
-  b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = rt::parse_kv_dtype(o.kv);
+  b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = o.kv.format();
+  if (!o.kv_budget.empty()) b.kv_budget = parse_memory_size(o.kv_budget, "--kv-budget");
   b.device = kind;
   eval::BenchResult r = eval::run_bench(*model, b, pool);
   if (model->config().is_moe())
@@ -50,8 +53,15 @@ void run_bench(const BenchOpts& o) {
   std::printf("bandwidth bound  %.1f tokens/s (%.2f MiB of weights per step, read bandwidth %.1f GB/s); decode at %.0f%%\n",
               r.decode_bound_tokens_per_s, mib(r.weight_bytes_per_step), r.read_bandwidth_bytes_per_s / 1e9,
               r.decode_bound_tokens_per_s > 0 ? 100.0 * r.decode_tokens_per_s / r.decode_bound_tokens_per_s : 0.0);
-  std::printf("KV cache         %.2f MiB reserved, %.2f MiB used (%llu bytes per token)\n", mib(r.kv_bytes_reserved),
+  std::printf("KV cache         %.2f MiB reserved, %.2f MiB used (%llu bytes per token", mib(r.kv_bytes_reserved),
               mib(r.kv_bytes_used), static_cast<unsigned long long>(r.kv_bytes_per_token));
+  if (r.kv_bytes_per_sequence > 0)
+    std::printf(", plus %.2f MiB of f16 windows per sequence", mib(r.kv_bytes_per_sequence));
+  std::printf(")\n");
+  if (r.kv_budget_bytes > 0)
+    std::printf("KV budget        %.2f GiB holds %lld tokens (one sequence; %.0f tokens per GiB)\n",
+                static_cast<double>(r.kv_budget_bytes) / (1024.0 * 1024.0 * 1024.0), static_cast<long long>(r.kv_budget_tokens),
+                1024.0 * 1024.0 * 1024.0 / static_cast<double>(r.kv_bytes_per_token));
   std::printf("peak RSS         %.1f MiB\n", mib(r.peak_rss_bytes));
   if (r.device != "cpu")
     std::printf("device           %s (decoder: up to %.1f MiB of device memory; weights and bandwidth above are the device's)\n",
@@ -70,7 +80,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-p", o->p, "prompt tokens per sequence (default 512)")->check(int_range(1, 1 << 24));
   cmd->add_option("-n", o->n, "generated tokens per sequence (default 128; 0: prefill only)")->check(int_range(0, 1 << 24));
   cmd->add_option("--batch", o->batch, "sequences decoded together (default 1)")->check(int_range(1, 4096));
-  cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
+  add_kv_options(cmd, o->kv);
+  cmd->add_option("--kv-budget", o->kv_budget, "report how many tokens a KV cache of this size holds (e.g. 8GiB)");
   cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)")->check(int_range(1, 1000));
   cmd->add_option("--json", o->json_out, "write the results as JSON to this file (a pipe or /dev/stdout is written through)");
   add_threads_option(cmd, o->threads);

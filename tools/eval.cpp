@@ -19,8 +19,9 @@ namespace qf::cli {
 namespace {
 
 struct EvalOpts {
-  std::string model, text, baseline, mode = "chunks", json_out, kv = "f16";
-  int64_t ctx = 0, max_chunks = 0;
+  std::string model, text, baseline, mode = "chunks", json_out, baseline_kv = "f16", kv_calibration;
+  KvFlags kv;
+  int64_t ctx = 0, max_chunks = 0, bucket = 512;
   bool bos_per_line = false, keep_tail = false;
   std::optional<double> max_delta, max_ratio, max_kld;
   int threads = 0;
@@ -38,6 +39,9 @@ std::string table(const EvalOpts& o, const eval::EvalResult& r) {
   s += buf;
   std::snprintf(buf, sizeof buf, "perplexity %.4f +/- %.4f (mean NLL %.6f)\n", r.ppl, r.ppl_stderr, r.nll_mean);
   s += buf;
+  std::snprintf(buf, sizeof buf, "KV cache   %s, %llu bytes per token\n", o.kv.format().name().c_str(),
+                static_cast<unsigned long long>(r.kv_bytes_per_token));
+  s += buf;
   if (r.has_baseline) {
     std::snprintf(buf, sizeof buf, "baseline   %s: perplexity %.4f\n", o.baseline.c_str(), r.base_ppl);
     s += buf;
@@ -47,6 +51,13 @@ std::string table(const EvalOpts& o, const eval::EvalResult& r) {
     s += buf;
     std::snprintf(buf, sizeof buf, "top-1      %.2f%% agreement\n", 100.0 * r.top1_agreement);
     s += buf;
+    if (r.by_position.size() > 1)
+      for (const auto& b : r.by_position) {
+        std::snprintf(buf, sizeof buf, "  pos %5lld-%-5lld KLD mean %.6f  p99 %.6f  (%lld tokens)\n",
+                      static_cast<long long>(b.from), static_cast<long long>(b.to - 1), b.kld_mean, b.kld_p99,
+                      static_cast<long long>(b.tokens));
+        s += buf;
+      }
   }
   std::snprintf(buf, sizeof buf, "time       %.2f s (%.1f tokens/s)\n", r.seconds,
                 r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0);
@@ -64,7 +75,10 @@ void run_eval(const EvalOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   eval::EvalRequest req;
-  req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.kv = o.kv, req.device = o.device;
+  req.model = o.model, req.text = o.text, req.baseline = o.baseline, req.device = o.device;
+  req.kv = o.kv.both, req.kv_k = o.kv.k, req.kv_v = o.kv.v, req.kv_rotation = o.kv.rotation;
+  req.kv_f16_edge = o.kv.f16_edge;
+  req.baseline_kv = o.baseline_kv, req.kv_calibration = o.kv_calibration;
   req.gate = eval::Gate{o.max_delta, o.max_ratio, o.max_kld};
   eval::check_gate_bounds(req.gate, eval::GateBoundNames::flags());  // the flags' checks apply the same rule
   if (req.gate.any() && o.baseline.empty())
@@ -74,7 +88,9 @@ void run_eval(const EvalOpts& o) {
   req.ppl.bos_per_line = o.bos_per_line;
   req.ppl.keep_tail = o.keep_tail;
   req.ppl.max_spans = o.max_chunks;
-  rt::parse_kv_dtype(o.kv);  // a bad --kv-dtype is a usage error before any work
+  req.ppl.position_bucket = o.bucket;
+  o.kv.format();  // a bad KV-cache flag is a usage error before any work
+  rt::parse_kv_format(o.baseline_kv);
   if (!o.json_out.empty())
     check_output_file(o.json_out, {model_input_path(o.model), model_input_path(o.baseline), o.text}, true, true, "--json");
   LazyProgress progress("eval", "spans");
@@ -120,7 +136,12 @@ void register_eval(CLI::App& app) {
       ->check(gate_bound(eval::GateBound::PplRatio));
   cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K")
       ->check(gate_bound(eval::GateBound::Kld));
-  cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
+  add_kv_options(cmd, o->kv);
+  cmd->add_option("--kld-bucket", o->bucket, "with --baseline: KL by position in buckets of N tokens (default 512)")
+      ->check(int_at_least(1));
+  cmd->add_option("--baseline-kv-dtype", o->baseline_kv, "the baseline's KV-cache type (default f16)");
+  cmd->add_option("--kv-calibration", o->kv_calibration,
+                  "text an NVFP4 cache's global scales are calibrated on (default: the first 4 spans of --text)");
   cmd->add_option("--json", o->json_out, "write the report as JSON to this file (a pipe or /dev/stdout is written through)");
   add_threads_option(cmd, o->threads);
   add_device_option(cmd, o->device);

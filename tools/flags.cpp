@@ -115,4 +115,18 @@ device::Kind resolve_device(const std::string& word, const std::string& command,
   return k;
 }
 
+void add_kv_options(CLI::App* cmd, KvFlags& kv) {
+  cmd->add_option("--kv-dtype", kv.both,
+                  "KV-cache type for keys and values: f16 (default), f8, int8, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
+                  "nvfp4, kivi2, kivi4, or a TurboQuant preset (turboquant_k8v4, turboquant_4bit_nc, "
+                  "turboquant_k3v4_nc, turboquant_3bit_nc)");
+  cmd->add_option("--kv-k-dtype", kv.k, "KV-cache type of the keys (overrides --kv-dtype for them)");
+  cmd->add_option("--kv-v-dtype", kv.v, "KV-cache type of the values (overrides --kv-dtype for them)");
+  cmd->add_option("--kv-rotation", kv.rotation,
+                  "none (default) or hadamard: rotate Q/K (quantized keys) and V (quantized values) as llama.cpp does");
+  cmd->add_option("--kv-f16-edge-layers", kv.f16_edge,
+                  "TurboQuant presets: keep this many first and last layers in f16 (default: vLLM's min(2, layers/2))")
+      ->check(int_range(0, 1 << 20));
+}
+
 }  // namespace qf::cli

@@ -10,6 +10,7 @@
 
 #include "device/device.h"
 #include "eval/gate_bounds.h"
+#include "runtime/kv_format.h"
 
 namespace qf::cli {
 
@@ -31,6 +32,16 @@ void add_threads_option(CLI::App* cmd, int& threads);
 // Adds --device (cpu, cuda, host or auto; default cpu) to `cmd`, stored in
 // `device`. See device/device.h for what each word means.
 void add_device_option(CLI::App* cmd, std::string& device);
+
+// The KV-cache flags: --kv-dtype (both sides, or a TurboQuant preset),
+// --kv-k-dtype, --kv-v-dtype and --kv-rotation; format() parses them
+// (rt::parse_kv_format, a Usage error for a bad name).
+struct KvFlags {
+  std::string both = "f16", k, v, rotation = "none";
+  int64_t f16_edge = -1;
+  rt::KvFormat format() const { return rt::parse_kv_format(both, k, v, rotation, f16_edge); }
+};
+void add_kv_options(CLI::App* cmd, KvFlags& kv);
 
 // The device a command runs on (device::resolve, with "<command> --device
 // <word>" in messages), and the host build's thread count from --threads.

@@ -15,7 +15,8 @@ namespace qf::cli {
 namespace {
 
 struct GenerateOpts {
-  std::string model, prompt, kv = "f16";
+  std::string model, prompt;
+  KvFlags kv;
   int64_t n = 128;
   float temperature = 0.f, top_p = 1.f;
   uint64_t seed = 0;
@@ -30,7 +31,7 @@ void run_generate(const GenerateOpts& o) {
   rt::GenerateOptions g;
   g.max_new_tokens = o.n;
   g.sampler = {o.temperature, o.top_p, o.seed};
-  g.kv_dtype = rt::parse_kv_dtype(o.kv);
+  g.kv_dtype = o.kv.format();
   rt::GenerateResult r = rt::generate(*model, *tok, o.prompt, g, pool, [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
@@ -57,7 +58,7 @@ void register_generate(CLI::App& app) {
       ->check(finite_at_least(0, false));
   cmd->add_option("--top-p", o->top_p, "nucleus sampling threshold in (0, 1] (default 1)")->check(finite_at_least(0, true, 1, true));
   cmd->add_option("--seed", o->seed, "random seed for sampling (default 0)");
-  cmd->add_option("--kv-dtype", o->kv, "KV-cache element type: f16 (default), f8, int8");
+  add_kv_options(cmd, o->kv);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }

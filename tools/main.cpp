@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   qf::cli::register_quantize(app);
   qf::cli::register_report(app);
   qf::cli::register_batch(app);
+  qf::cli::register_kv_sweep(app);
   try {
     try {
       app.parse(argc, argv);

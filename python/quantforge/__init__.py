@@ -32,12 +32,14 @@ from ._quantforge import (  # noqa: F401  (re-exported)
     evaluate,
     imatrix,
     inspect,
+    kv_sweep,
 )
 from . import _quantforge
 
 __all__ = [
     "Error", "GateFailed", "InternalError", "InvalidInput", "IoError", "NotFound", "Unsupported", "UsageError",
-    "Model", "Tokenizer", "QuantizeResult", "bench", "convert", "evaluate", "imatrix", "inspect", "quantize", "report",
+    "Model", "Tokenizer", "QuantizeResult", "bench", "convert", "evaluate", "imatrix", "inspect", "kv_sweep", "quantize",
+    "report",
     "__version__",
 ]
 

@@ -49,8 +49,14 @@ def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = Non
              mode: str = "chunks", max_chunks: int = 0, kv_dtype: str = "f16", bos_per_line: bool = False,
              keep_tail: bool = False, max_ppl_delta: Optional[float] = None, max_ppl_ratio: Optional[float] = None,
              max_kld: Optional[float] = None, threads: Optional[int] = None, progress: bool = True,
-             device: str = "cpu") -> Dict[str, Any]:
+             device: str = "cpu", kv_k_dtype: str = "", kv_v_dtype: str = "", kv_rotation: str = "none",
+             baseline_kv_dtype: str = "f16") -> Dict[str, Any]:
     """Perplexity of `model` on the UTF-8 file `text`: `quantforge eval --json`'s keys.
+
+    kv_dtype (both sides, or a TurboQuant preset), kv_k_dtype / kv_v_dtype (one side each) and
+    kv_rotation ("none" or "hadamard") choose the KV cache; the baseline's is baseline_kv_dtype
+    (f16). With baseline equal to model the KL is the cache's own; "kld_by_position" has it per
+    512 positions.
 
     With `baseline`, also KL divergence and top-1 agreement against it on the same
     tokens. Gate bounds are reported under "gate" ({"passed": bool, "failures": [...]}); they must
@@ -59,6 +65,15 @@ def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = Non
     ctx=0 takes the mode's default (512 for chunks and lines, 2048 for windows).
     device: where the forward passes run: "cpu" (the runtime), "cuda", "auto" or "host" (the
     device decoder built for the CPU); f16 KV cache only on a device.
+    """
+
+def kv_sweep(model: PathLike, text: PathLike, ctx: int = 0, mode: str = "windows", max_chunks: int = 4,
+             max_kld: Optional[float] = None, types: List[str] = [], decode_tokens: int = 32,
+             threads: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+    """Every KV-cache format on `model` (`quantforge kv-sweep --json`'s keys): per format ("rows")
+    bytes per token, tokens per GiB, KL divergence against the f16 cache (mean, p99, by
+    position), perplexity, decode tokens/s at long context, and the vLLM / llama.cpp flags; with
+    max_kld, "best" names the smallest format within it. ctx=0: the model's context, at most 2048.
     """
 
 def bench(model: PathLike, prompt: int = 512, gen: int = 128, batch: int = 1, kv_dtype: str = "f16",

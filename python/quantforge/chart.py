@@ -1,6 +1,7 @@
 """Perplexity- and KL-versus-size chart of several quantized outputs of one model.
 
-Inputs, any mix of:
+Inputs, any mix of (or one `quantforge kv-sweep --json` file on its own, charted by KV bytes
+per token against its f16 cache):
   - quantize output folders: their quantization_report.json, with the
     evaluation that `quantize --eval` (or quantize(eval_text=...)) recorded;
   - eval JSON files (`quantforge eval --baseline ... --json F`, or
@@ -35,7 +36,7 @@ def _rows(paths, out, force):
         paths = [paths]
     # bytes: the file system's own names, whatever their encoding
     got = _report_rows([os.fsencode(p) for p in paths], os.fsencode(out), force)
-    return got["reference"], got["outputs"]
+    return got["reference"], got["outputs"], got.get("unit", "model")
 
 
 def _write_atomic(out, name, write):
@@ -55,7 +56,11 @@ def render(paths, out, force=False):
     """Reads every path (the C++ parser validates each and checks that they share one baseline, one
     text and one token count; `out` must not be or lie in an input, and its files must not exist
     unless `force`), then draws the chart. Returns the reference's row and the outputs' rows."""
-    base, rows = _rows(paths, out, force)
+    base, rows, unit = _rows(paths, out, force)
+    # A kv-sweep JSON charts cache formats by their KV bytes per token; the
+    # other inputs are models, charted by their size in MiB.
+    kv = unit == "kv_cache"
+    scale, size_name = (1, "KV bytes per token") if kv else (2**20, "size (MiB)")
     out = os.fsdecode(out)
     base_model, text = rows[0]["baseline_model"], rows[0]["text"]
     os.makedirs(out, exist_ok=True)
@@ -66,16 +71,16 @@ def render(paths, out, force=False):
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    mib = [r["bytes"] / 2**20 for r in rows]
+    mib = [r["bytes"] / scale for r in rows]
     a1.plot(mib, [r["ppl"] for r in rows], "o-", color="tab:blue")
     a1.axhline(base["ppl"], color="gray", linestyle="--", label=f"reference {base['ppl']:.3f}")
-    a1.plot([base["bytes"] / 2**20], [base["ppl"]], "s", color="gray")
+    a1.plot([base["bytes"] / scale], [base["ppl"]], "s", color="gray")
     a2.plot(mib, [r["kld"] for r in rows], "o-", color="tab:red")
     for r, x in zip(rows, mib):
         a1.annotate(r["name"], (x, r["ppl"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
         a2.annotate(r["name"], (x, r["kld"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    a1.set(xlabel="size (MiB)", ylabel="perplexity", title="perplexity vs size")
-    a2.set(xlabel="size (MiB)", ylabel="mean KL divergence vs reference", title="KL divergence vs size")
+    a1.set(xlabel=size_name, ylabel="perplexity", title="perplexity vs size")
+    a2.set(xlabel=size_name, ylabel="mean KL divergence vs reference", title="KL divergence vs size")
     if any(r["kld"] > 0 for r in rows):  # a log scale of nothing but zeros (a copy of the reference) warns
         a2.set_yscale("log")
     a1.legend(fontsize=8)
@@ -91,7 +96,7 @@ def render(paths, out, force=False):
 
     cells = "".join(
         f"<tr><td>{html.escape(r['name'])}</td><td>{html.escape(r.get('label', ''))}</td>"
-        f"<td>{r['bytes'] / 2**20:.2f}</td><td>{r['ppl']:.4f}</td><td>{r['kld']:.6f}</td><td>{top1(r)}</td></tr>"
+        f"<td>{r['bytes'] / scale:.2f}</td><td>{r['ppl']:.4f}</td><td>{r['kld']:.6f}</td><td>{top1(r)}</td></tr>"
         for r in [base] + rows)
     page = f"""<!doctype html>
 <meta charset="utf-8"><title>quantforge report</title>
@@ -99,7 +104,7 @@ def render(paths, out, force=False):
 <h1>{html.escape(os.path.basename(base_model.rstrip('/')))}: quality versus size</h1>
 <p>Text: {html.escape(text or '')}; reference: {html.escape(base_model)}</p>
 <img src="chart.png" alt="perplexity and KL divergence versus size">
-<table><tr><th>output</th><th>method</th><th>MiB</th><th>perplexity</th><th>mean KLD</th><th>top-1</th></tr>{cells}</table>
+<table><tr><th>output</th><th>method</th><th>{"B/token" if kv else "MiB"}</th><th>perplexity</th><th>mean KLD</th><th>top-1</th></tr>{cells}</table>
 """
 
     def write_text(contents):
@@ -110,8 +115,10 @@ def render(paths, out, force=False):
 
     _write_atomic(out, "index.html", write_text(page))
     # allow_nan=False: JSON has no NaN or infinity (the parser let none through)
-    _write_atomic(out, "report.json", write_text(json.dumps({"reference": base, "outputs": rows}, indent=1,
-                                                            allow_nan=False)))
+    _write_atomic(out, "report.json", write_text(json.dumps({"unit": unit, "reference": base, "outputs": rows},
+                                                            indent=1, allow_nan=False)))
+    for r in [base] + rows:
+        r["unit"] = unit
     return [base] + rows
 
 
@@ -140,7 +147,8 @@ def main(argv=None):
         print(f"quantforge: i/o error: {e}", file=sys.stderr)
         return 5
     for r in rows:
-        print(f"{r['name']:<32} {r['bytes'] / 2**20:9.2f} MiB  ppl {r['ppl']:.4f}  kld {r['kld']:.6f}")
+        size = f"{r['bytes']:9d} B/token" if r.get("unit") == "kv_cache" else f"{r['bytes'] / 2**20:9.2f} MiB"
+        print(f"{r['name']:<32} {size}  ppl {r['ppl']:.4f}  kld {r['kld']:.6f}")
     print(f"wrote {os.path.join(a.output, 'chart.png')} and index.html")
     return 0
 

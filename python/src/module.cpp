@@ -36,6 +36,8 @@
 #include "eval/bench.h"
 #include "eval/eval_run.h"
 #include "eval/gate_bounds.h"
+#include "eval/kv_sweep.h"
+#include "core/text_input.h"
 #include "formats/gguf/gguf.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
@@ -192,7 +194,9 @@ py::object cmd_inspect(const py::object& model, const std::string& revision) {
 py::object cmd_evaluate(const py::object& model, const py::object& text, const py::object& baseline, int64_t ctx,
                     const std::string& mode, int64_t max_chunks, const std::string& kv_dtype, bool bos_per_line,
                     bool keep_tail, std::optional<double> max_ppl_delta, std::optional<double> max_ppl_ratio,
-                    std::optional<double> max_kld, std::optional<int> threads, bool progress, const std::string& device) {
+                    std::optional<double> max_kld, std::optional<int> threads, bool progress, const std::string& device,
+                    const std::string& kv_k_dtype, const std::string& kv_v_dtype, const std::string& kv_rotation,
+                    const std::string& baseline_kv_dtype) {
   eval::EvalRequest req;
   // A NaN or infinite bound compares false against every measurement: it
   // would pass every model instead of gating it.
@@ -204,7 +208,9 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
   req.model = path_arg(model, "model");
   req.text = path_arg(text, "text");
   req.baseline = opt_path(baseline, "baseline").value_or("");
-  req.kv = kv_dtype;
+  req.kv = kv_dtype, req.kv_k = kv_k_dtype, req.kv_v = kv_v_dtype, req.kv_rotation = kv_rotation;
+  req.baseline_kv = baseline_kv_dtype;
+  req.kv_format();  // a bad name is a usage error before any work
   req.ppl.mode = eval::parse_ppl_mode(mode);
   if (ctx != 0 && ctx < 2) throw Error(ErrorKind::Usage, "ctx must be at least 2, got " + std::to_string(ctx));
   if (max_chunks < 0) throw Error(ErrorKind::Usage, "max_chunks must be >= 0, got " + std::to_string(max_chunks));
@@ -228,6 +234,37 @@ py::object cmd_evaluate(const py::object& model, const py::object& text, const p
   return to_python(report);
 }
 
+py::object cmd_kv_sweep(const py::object& model, const py::object& text, int64_t ctx, const std::string& mode,
+                        int64_t max_chunks, std::optional<double> max_kld, const std::vector<std::string>& types,
+                        int64_t decode_tokens, std::optional<int> threads, bool progress) {
+  const std::string m = path_arg(model, "model"), t = path_arg(text, "text");
+  if (max_chunks < 1) throw Error(ErrorKind::Usage, "max_chunks must be >= 1, got " + std::to_string(max_chunks));
+  if (decode_tokens < 0) throw Error(ErrorKind::Usage, "decode_tokens must be >= 0");
+  eval::KvSweepOptions so;
+  so.ppl.mode = eval::parse_ppl_mode(mode);
+  so.ppl.max_spans = max_chunks;
+  so.max_kld = max_kld;
+  so.decode_tokens = decode_tokens;
+  for (const std::string& name : types) so.formats.push_back(rt::parse_kv_format(name));
+  nlohmann::ordered_json j;
+  {
+    ProgressScope scope(progress);
+    py::gil_scoped_release nogil;
+    std::unique_ptr<ThreadPool> holder;
+    ThreadPool& pool = pool_for(threads, holder);
+    const std::string body = read_text_input(t);
+    std::unique_ptr<rt::Model> mdl = rt::load_model(m);
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(mdl->source());
+    so.ppl.ctx = ctx > 0 ? ctx : (mdl->max_context() > 0 ? std::min<int64_t>(mdl->max_context(), 2048) : 2048);
+    const std::vector<eval::Span> spans = eval::make_spans(*tok, body, so.ppl, mdl->max_context(), t);
+    LazyBar bar{"kv-sweep", "formats"};
+    const eval::KvSweepResult r = eval::kv_sweep(*mdl, spans, so, pool, std::ref(bar));
+    bar.finish();
+    j = eval::kv_sweep_report(m, t, so, r);
+  }
+  return to_python(j);
+}
+
 py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64_t batch, const std::string& kv_dtype,
                  int reps, std::optional<int> threads, const std::string& device) {
   const std::string m = path_arg(model, "model");
@@ -242,7 +279,7 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
     ThreadPool& pool = pool_for(threads, holder);
     std::unique_ptr<rt::Model> mdl = rt::load_model(m, kind);
     eval::BenchOptions b;
-    b.prompt = prompt, b.gen = gen, b.batch = batch, b.reps = reps, b.kv_dtype = rt::parse_kv_dtype(kv_dtype);
+    b.prompt = prompt, b.gen = gen, b.batch = batch, b.reps = reps, b.kv_dtype = rt::parse_kv_format(kv_dtype);
     b.device = kind;
     const eval::BenchResult r = eval::run_bench(*mdl, b, pool);
     j = eval::bench_report(m, *mdl, r);
@@ -681,7 +718,11 @@ PYBIND11_MODULE(_quantforge, m) {
         py::arg("ctx") = 0, py::arg("mode") = "chunks", py::arg("max_chunks") = 0, py::arg("kv_dtype") = "f16",
         py::arg("bos_per_line") = false, py::arg("keep_tail") = false, py::arg("max_ppl_delta") = py::none(),
         py::arg("max_ppl_ratio") = py::none(), py::arg("max_kld") = py::none(), py::arg("threads") = py::none(),
-        py::arg("progress") = true, py::arg("device") = "cpu");
+        py::arg("progress") = true, py::arg("device") = "cpu", py::arg("kv_k_dtype") = "", py::arg("kv_v_dtype") = "",
+        py::arg("kv_rotation") = "none", py::arg("baseline_kv_dtype") = "f16");
+  m.def("kv_sweep", &cmd_kv_sweep, py::arg("model"), py::arg("text"), py::arg("ctx") = 0, py::arg("mode") = "windows",
+        py::arg("max_chunks") = 4, py::arg("max_kld") = py::none(), py::arg("types") = std::vector<std::string>{},
+        py::arg("decode_tokens") = 32, py::arg("threads") = py::none(), py::arg("progress") = true);
   m.def("bench", &cmd_bench, py::arg("model"), py::arg("prompt") = 512, py::arg("gen") = 128, py::arg("batch") = 1,
         py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu");
   m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = "Q4_K_M",

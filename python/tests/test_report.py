@@ -176,3 +176,25 @@ def test_different_token_counts_are_refused(eval_json, tmp_path):
     with pytest.raises(qf.InvalidInput, match="not comparable"):
         qf.report([a, b], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_kv_sweep_is_charted_by_kv_bytes_per_token(eval_json, tmp_path):
+    """qf.kv_sweep's dict, saved as JSON, charts on its own: one point per cache format at its
+    bytes per token, the f16 cache as the reference; mixed with other inputs it is refused."""
+    sweep = qf.kv_sweep(FIXTURE, EVAL_TEXT, ctx=256, max_chunks=1, types=["f16", "q8_0", "q4_0", "kivi2"],
+                        decode_tokens=0, max_kld=1.0, progress=False)
+    assert [r["kv_dtype"] for r in sweep["rows"]] == ["f16", "q8_0", "q4_0", "kivi2"]
+    assert sweep["best"] == "kivi2"  # the smallest, and a bound of 1.0 admits everything
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(sweep))
+    rows = chart.render([path], tmp_path / "out")
+    assert rows[0]["name"] == "f16 cache (reference)" and rows[0]["bytes"] == sweep["f16_bytes_per_token"]
+    assert all(r["unit"] == "kv_cache" for r in rows)
+    assert [r["bytes"] for r in rows[1:]] == sorted(r["kv_bytes_per_token"] for r in sweep["rows"])
+    assert (tmp_path / "out" / "chart.png").stat().st_size > 0
+    other = tmp_path / "e.json"
+    other.write_text(json.dumps(eval_json))
+    with pytest.raises(qf.UsageError, match="charted on its own"):
+        chart.render([path, other], tmp_path / "out2")
+    with pytest.raises(qf.UsageError, match="unknown KV-cache type"):
+        qf.kv_sweep(FIXTURE, EVAL_TEXT, types=["q3"], progress=False)

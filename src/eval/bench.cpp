@@ -77,7 +77,7 @@ BenchResult run_device_bench(const rt::Model& model, const BenchOptions& o, Benc
   if (o.batch != 1) throw unsupported(where, "the device decoder runs one sequence; --batch above 1 runs on the CPU only for now");
   if (o.kv_dtype != rt::KvDType::F16)
     throw unsupported(where, std::string("the device decoder keeps an f16 KV cache; --kv-dtype ") +
-                                 rt::kv_dtype_name(o.kv_dtype) + " runs on the CPU only for now");
+                                 o.kv_dtype.name() + " runs on the CPU only for now");
   const int64_t per_seq = o.prompt + o.gen;
   r.device_bytes = rt::device_decoder_bytes(model, per_seq);
   device::require_device_memory(o.device, r.device_bytes, where);
@@ -125,7 +125,7 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
                                      " exceeds the model's context of " + std::to_string(model.max_context()));
   BenchResult r;
   r.prompt = o.prompt, r.gen = o.gen, r.batch = o.batch;
-  r.kv_dtype = rt::kv_dtype_name(o.kv_dtype);
+  r.kv_dtype = o.kv_dtype.name();
   r.simd = rt::simd_level_name(rt::simd_level());
   r.threads = pool.size();
   r.device = device::kind_name(o.device);
@@ -135,7 +135,12 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
   const int64_t per_seq = o.prompt + o.gen;
   double best_prefill = 1e300, best_decode = 1e300, best_ttft = 1e300;
   for (int rep = 0; rep < std::max(1, o.reps); ++rep) {
-    rt::KvCache cache = model.make_cache(o.kv_dtype, (per_seq + 16) * o.batch);  // blocks round up per sequence
+    rt::KvCache cache = model.make_cache(o.kv_dtype, (per_seq + 32) * o.batch);  // blocks round up per sequence
+    if (cache.needs_calibration()) {  // NVFP4: global scales from a random prompt's keys and values
+      std::vector<int32_t> calib(static_cast<size_t>(std::min<int64_t>(o.prompt, 512)));
+      for (int32_t& t : calib) t = tok(rng);
+      model.calibrate_kv(cache, {calib}, pool);
+    }
     std::vector<int32_t> seqs;
     for (int64_t s = 0; s < o.batch; ++s) seqs.push_back(cache.add_sequence());
     std::vector<float> logits;
@@ -164,6 +169,13 @@ BenchResult run_bench(const rt::Model& model, const BenchOptions& o, ThreadPool&
     r.kv_bytes_reserved = cache.bytes_reserved();
     r.kv_bytes_used = cache.bytes_used();
     r.kv_bytes_per_token = cache.bytes_per_token();
+    r.kv_bytes_per_sequence = cache.bytes_per_sequence();
+  }
+  if (o.kv_budget > 0) {
+    r.kv_budget_bytes = o.kv_budget;
+    r.kv_budget_tokens = o.kv_budget > r.kv_bytes_per_sequence
+                             ? static_cast<int64_t>((o.kv_budget - r.kv_bytes_per_sequence) / r.kv_bytes_per_token)
+                             : 0;
   }
   r.prefill_tokens_per_s = static_cast<double>(o.prompt * o.batch) / best_prefill;
   r.decode_tokens_per_s = o.gen > 0 ? static_cast<double>(o.gen * o.batch) / best_decode : 0;
@@ -198,6 +210,7 @@ nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Mode
                               {"kv_bytes_reserved", r.kv_bytes_reserved},
                               {"kv_bytes_used", r.kv_bytes_used},
                               {"kv_bytes_per_token", r.kv_bytes_per_token},
+                              {"kv_bytes_per_sequence", r.kv_bytes_per_sequence},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"weight_bytes_per_step", r.weight_bytes_per_step},
                               {"read_bandwidth_bytes_per_s", r.read_bandwidth_bytes_per_s},
@@ -205,6 +218,7 @@ nlohmann::ordered_json bench_report(const std::string& model_arg, const rt::Mode
                               {"decode_fraction_of_bound", r.decode_bound_tokens_per_s > 0
                                                                ? r.decode_tokens_per_s / r.decode_bound_tokens_per_s
                                                                : 0.0}};
+  if (r.kv_budget_bytes > 0) j["kv_budget"] = {{"bytes", r.kv_budget_bytes}, {"tokens", r.kv_budget_tokens}};
   return j;
 }
 

@@ -19,8 +19,9 @@ struct BenchOptions {
   int64_t gen = 128;
   int64_t batch = 1;
   int reps = 1;           // repetitions; the best is reported
-  rt::KvDType kv_dtype = rt::KvDType::F16;
+  rt::KvFormat kv_dtype = rt::KvDType::F16;
   uint64_t seed = 1;
+  uint64_t kv_budget = 0;  // bytes; > 0: report the tokens a cache of this size holds
   // Where the forward passes run: the CPU runtime, or the device decoder
   // (runtime/device_runtime.h: one sequence, f16 KV cache).
   device::Kind device = device::Kind::Cpu;
@@ -34,6 +35,9 @@ struct BenchResult {
   int threads = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, ttft_seconds = 0;
   uint64_t kv_bytes_reserved = 0, kv_bytes_used = 0, kv_bytes_per_token = 0;
+  uint64_t kv_bytes_per_sequence = 0;  // f16 windows a sequence holds besides its blocks (KIVI)
+  uint64_t kv_budget_bytes = 0;
+  int64_t kv_budget_tokens = 0;        // positions one sequence fits in kv_budget_bytes
   uint64_t peak_rss_bytes = 0;
   uint64_t weight_bytes_per_step = 0;       // bytes of weights one decode step reads
   double read_bandwidth_bytes_per_s = 0;    // measured streaming read over as many bytes, all threads

@@ -37,7 +37,8 @@ json eval_report(const EvalRequest& o, const EvalResult& r, const std::vector<st
             {"ppl_stderr", number(r.ppl_stderr)},
             {"seconds", number(r.seconds)},
             {"tokens_per_s", number(r.seconds > 0 ? static_cast<double>(r.tokens_processed) / r.seconds : 0.0)},
-            {"kv_dtype", o.kv},
+            {"kv_dtype", o.kv_format().name()},
+            {"kv_bytes_per_token", r.kv_bytes_per_token},
             {"device", r.device},
             {"device_bytes", r.device_bytes},
             {"simd", rt::simd_level_name(rt::simd_level())}};
@@ -55,6 +56,17 @@ json eval_report(const EvalRequest& o, const EvalResult& r, const std::vector<st
     j["ppl_ratio"] = number(r.ppl_ratio);
     j["kld"] = {{"mean", number(r.kld_mean)}, {"p99", number(r.kld_p99)}, {"max", number(r.kld_max)}};
     j["top1_agreement"] = number(r.top1_agreement);
+    j["baseline"]["kv_dtype"] = rt::parse_kv_format(o.baseline_kv).name();
+    json buckets = json::array();
+    for (const EvalResult::Bucket& b : r.by_position)
+      buckets.push_back({{"from", b.from},
+                         {"to", b.to},
+                         {"tokens", b.tokens},
+                         {"kld_mean", number(b.kld_mean)},
+                         {"kld_p99", number(b.kld_p99)},
+                         {"ppl", number(std::exp(b.nll_mean))},
+                         {"base_ppl", number(std::exp(b.base_nll_mean))}});
+    j["kld_by_position"] = buckets;
   }
   json gate = json::object();
   if (o.gate.max_ppl_delta) gate["max_ppl_delta"] = *o.gate.max_ppl_delta;
@@ -84,13 +96,15 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   if (req.gate.any() && req.baseline.empty())
     throw Error(ErrorKind::Usage, "--max-ppl-delta, --max-ppl-ratio and --max-kld need --baseline");
   PplOptions p = req.ppl;
-  p.kv_dtype = rt::parse_kv_dtype(req.kv);
+  p.kv_dtype = req.kv_format();
+  p.base_kv = rt::parse_kv_format(req.baseline_kv);
   p.device = device::resolve(req.device, "eval --device " + req.device);
   const std::string text = read_text_input(req.text);
   std::unique_ptr<rt::Model> model = rt::load_model(req.model, p.device);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   std::unique_ptr<rt::Model> base;
-  if (!req.baseline.empty()) {
+  const bool same = !req.baseline.empty() && req.baseline == req.model;  // the cache against f16 on the same weights
+  if (!req.baseline.empty() && !same) {
     base = rt::load_model(req.baseline, p.device);
     std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
     if (btok->vocab().tokens != tok->vocab().tokens)
@@ -99,10 +113,17 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   int64_t max_ctx = model->max_context();
   if (base && base->max_context() > 0) max_ctx = max_ctx > 0 ? std::min(max_ctx, base->max_context()) : base->max_context();
   const std::vector<Span> spans = make_spans(*tok, text, p, max_ctx, req.text);
+  if (!req.kv_calibration.empty()) {
+    PplOptions cp = p;
+    cp.max_spans = 4;
+    for (const Span& s : make_spans(*tok, read_text_input(req.kv_calibration), cp, max_ctx, req.kv_calibration))
+      p.kv_calibration.push_back(s.tokens);
+  }
   EvalRun run;
-  run.result = evaluate(*model, base.get(), spans, p, pool, progress);
+  const rt::Model* reference = same ? model.get() : base.get();
+  run.result = evaluate(*model, reference, spans, p, pool, progress);
   run.result.nonfinite_weight = rt::find_nonfinite_weight(*model, pool);
-  if (base) run.result.base_nonfinite_weight = rt::find_nonfinite_weight(*base, pool);
+  if (reference) run.result.base_nonfinite_weight = same ? run.result.nonfinite_weight : rt::find_nonfinite_weight(*base, pool);
   run.failures = check_gate(req.gate, run.result);
   run.report = eval_report(req, run.result, run.failures);
   return run;

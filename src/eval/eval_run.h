@@ -14,6 +14,7 @@
 
 #include "core/thread_pool.h"
 #include "eval/perplexity.h"
+#include "runtime/kv_format.h"
 
 namespace qf::eval {
 
@@ -21,7 +22,12 @@ struct EvalRequest {
   std::string model;     // folder, cache id or .gguf
   std::string text;      // path of the UTF-8 text
   std::string baseline;  // optional reference model (same vocabulary)
-  std::string kv = "f16";
+  // The KV cache (rt::parse_kv_format's words): both sides or a preset, each
+  // side, the rotation; and the baseline's cache (f16 unless told).
+  std::string kv = "f16", kv_k, kv_v, kv_rotation = "none", baseline_kv = "f16";
+  int64_t kv_f16_edge = -1;
+  rt::KvFormat kv_format() const { return rt::parse_kv_format(kv, kv_k, kv_v, kv_rotation, kv_f16_edge); }
+  std::string kv_calibration;  // text an NVFP4 cache is calibrated on ("": the evaluated text's first spans)
   std::string device = "cpu";  // cpu, host, cuda or auto (device::resolve)
   PplOptions ppl;        // kv_dtype is set from `kv`
   Gate gate;

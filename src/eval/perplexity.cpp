@@ -116,8 +116,9 @@ bool all_finite(const float* x, int64_t n) {
 
 // The logits a span scores (rows first_scored .. size-2), by the CPU runtime
 // or, when `dev` is given, by the device decoder; returns the seconds taken.
-double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const PplOptions& o, ThreadPool& pool,
-                std::vector<float>& logits) {
+double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const rt::KvFormat& kv,
+                const std::vector<std::vector<int32_t>>& calib, ThreadPool& pool, std::vector<float>& logits,
+                uint64_t* kv_bytes_per_token) {
   if (dev) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     std::vector<uint8_t> want(static_cast<size_t>(n));
@@ -127,7 +128,9 @@ double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const
     dev->forward(s.tokens.data(), n, want.data(), logits);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  rt::KvCache cache = m.make_cache(o.kv_dtype, static_cast<int64_t>(s.tokens.size()));
+  rt::KvCache cache = m.make_cache(kv, static_cast<int64_t>(s.tokens.size()));
+  m.calibrate_kv(cache, calib, pool);
+  *kv_bytes_per_token = cache.bytes_per_token();
   const int32_t seq = cache.add_sequence();
   rt::Batch b;
   const int64_t n = static_cast<int64_t>(s.tokens.size());
@@ -155,11 +158,14 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   std::vector<uint8_t> top1, bad, base_bad;
   std::vector<float> logits, base_logits;
   std::unique_ptr<rt::DeviceDecoder> dev, base_dev;
+  std::vector<int64_t> position;  // of each scored token in its span
+  std::vector<std::vector<int32_t>> calib = o.kv_calibration;  // NVFP4's global scales; default: the first spans
+  for (size_t i = 0; o.kv_calibration.empty() && i < spans.size() && i < 4; ++i) calib.push_back(spans[i].tokens);
   if (o.device != device::Kind::Cpu) {
     const std::string where = std::string("eval --device ") + device::kind_name(o.device);
-    if (o.kv_dtype != rt::KvDType::F16)
+    if (o.kv_dtype != rt::KvDType::F16 || (baseline && o.base_kv != rt::KvDType::F16))
       throw unsupported(where, std::string("the device decoder keeps an f16 KV cache; --kv-dtype ") +
-                                   rt::kv_dtype_name(o.kv_dtype) + " runs on the CPU only for now");
+                                   o.kv_dtype.name() + " runs on the CPU only for now");
     int64_t longest = 1;
     for (const Span& s : spans) longest = std::max(longest, static_cast<int64_t>(s.tokens.size()));
     const uint64_t need =
@@ -171,8 +177,10 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   }
   for (size_t si = 0; si < spans.size(); ++si) {
     const Span& s = spans[si];
-    r.seconds += run_span(model, dev.get(), s, o, pool, logits);
-    if (baseline) r.base_seconds += run_span(*baseline, base_dev.get(), s, o, pool, base_logits);
+    r.seconds += run_span(model, dev.get(), s, o.kv_dtype, calib, pool, logits, &r.kv_bytes_per_token);
+    if (baseline)
+      r.base_seconds += run_span(*baseline, base_dev.get(), s, o.base_kv, calib, pool, base_logits, &r.base_kv_bytes_per_token);
+    for (int64_t k = 0; k < s.scored(); ++k) position.push_back(s.first_scored + k);
     r.tokens_processed += static_cast<int64_t>(s.tokens.size());
     // Per scored token, independently (so any thread count gives the same
     // numbers): NLL, and against the baseline KL and top-1 agreement.
@@ -242,6 +250,30 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
       r.kld_max = sorted.back();
       const size_t idx = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(sorted.size()))) - 1;
       r.kld_p99 = sorted[std::min(idx, sorted.size() - 1)];
+    }
+    // By position: the same measures over each bucket's tokens.
+    const int64_t bw = std::max<int64_t>(1, o.position_bucket);
+    int64_t top = 0;
+    for (int64_t p : position) top = std::max(top, p);
+    for (int64_t from = 0; from <= top; from += bw) {
+      EvalResult::Bucket bk;
+      bk.from = from, bk.to = from + bw;
+      std::vector<double> ks;
+      double nsum = 0, bsum = 0;
+      for (size_t i = 0; i < position.size(); ++i)
+        if (position[i] >= bk.from && position[i] < bk.to) ks.push_back(kld[i]), nsum += nll[i], bsum += base_nll[i];
+      if (ks.empty()) continue;
+      bk.tokens = static_cast<int64_t>(ks.size());
+      bk.kld_mean = mean(ks);
+      bk.nll_mean = nsum / static_cast<double>(ks.size());
+      bk.base_nll_mean = bsum / static_cast<double>(ks.size());
+      if (std::any_of(ks.begin(), ks.end(), [](double x) { return std::isnan(x); })) {
+        bk.kld_p99 = kNaN;
+      } else {
+        std::sort(ks.begin(), ks.end());
+        bk.kld_p99 = ks[std::min(ks.size() - 1, static_cast<size_t>(std::ceil(0.99 * static_cast<double>(ks.size()))) - 1)];
+      }
+      r.by_position.push_back(bk);
     }
     int64_t agree = 0;
     for (uint8_t a : top1) agree += a;

@@ -41,7 +41,14 @@ struct PplOptions {
   bool bos_per_line = false;
   bool keep_tail = false;
   int64_t max_spans = 0;    // 0: all
-  rt::KvDType kv_dtype = rt::KvDType::F16;
+  rt::KvFormat kv_dtype = rt::KvDType::F16;
+  // The baseline's cache: f16, so that --kv-dtype X against the same model
+  // measures the cache's own error.
+  rt::KvFormat base_kv = rt::KvDType::F16;
+  // Token sequences an NVFP4 cache's global scales are calibrated on (the
+  // absolute maxima of each layer's keys and values); empty: the first spans.
+  std::vector<std::vector<int32_t>> kv_calibration;
+  int64_t position_bucket = 512;  // KL by position within the span, in buckets of this many
   // Where the forward passes run: the CPU runtime, or the device decoder
   // (runtime/device_runtime.h; f16 KV cache only). Scoring stays on the CPU.
   device::Kind device = device::Kind::Cpu;
@@ -74,6 +81,13 @@ struct EvalResult {
   double base_nll_mean = 0, base_ppl = 0, ppl_delta = 0, ppl_ratio = 0;
   double kld_mean = 0, kld_p99 = 0, kld_max = 0, top1_agreement = 0;
   double base_seconds = 0;
+  // KL and NLL of the scored tokens by position in their span, [from, to).
+  struct Bucket {
+    int64_t from = 0, to = 0, tokens = 0;
+    double kld_mean = 0, kld_p99 = 0, nll_mean = 0, base_nll_mean = 0;
+  };
+  std::vector<Bucket> by_position;
+  uint64_t kv_bytes_per_token = 0, base_kv_bytes_per_token = 0;
   // Scored positions whose logits hold a NaN or an infinity (model, baseline).
   int64_t nonfinite_tokens = 0, base_nonfinite_tokens = 0;
   // The first NaN or infinite weight of the model and of the baseline

@@ -1,6 +1,7 @@
 #include "eval/report_input.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <map>
 #include <set>
@@ -241,8 +242,79 @@ ReportRow parse_report_input(std::string_view json_text, const std::string& wher
   return row;
 }
 
+namespace {
+
+// A `kv-sweep --json` file: one row per format, each a valid measurement
+// against the same model with an f16 cache; nullopt for any other JSON.
+std::optional<ReportInputs> load_kv_sweep(const std::string& path) {
+  if (!path_exists(path) || is_folder(path)) return std::nullopt;
+  const std::string text = read_text_file(path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    return std::nullopt;  // parse_report_input says what is wrong with it
+  }
+  if (!j.is_object() || !j.contains("kv_sweep")) return std::nullopt;
+  const Fields top(j, path, "");
+  if (!top.flag("kv_sweep")) return std::nullopt;
+  ReportInputs in;
+  in.unit = "kv_cache";
+  in.read.push_back(path);
+  const std::string model = top.text("model"), txt = top.text("text");
+  const int64_t tokens = top.positive_integer("tokens_scored");
+  const Fields base = top.object("baseline");
+  const double base_ppl = base.number("ppl", 0, HUGE_VAL, "a finite positive number");
+  const json& rows = top.need("rows");
+  if (!rows.is_array() || rows.empty()) throw top.wrong("rows", "a non-empty list");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string pre = "rows[" + std::to_string(i) + "].";
+    if (!rows[i].is_object()) throw invalid_input(path, "\"" + pre.substr(0, pre.size() - 1) + "\" must be an object");
+    const Fields r(rows[i], path, pre);
+    ReportRow row;
+    row.name = r.text("kv_dtype");
+    if (!r.flag("valid")) throw invalid_input(path, row.name + ": the measurement is not valid");
+    const std::string vllm = r.find("vllm") && r.find("vllm")->is_string() ? r.find("vllm")->get<std::string>() : "";
+    const std::string lcpp = r.find("llama_cpp") && r.find("llama_cpp")->is_string() ? r.find("llama_cpp")->get<std::string>() : "";
+    row.label = !vllm.empty() ? "vLLM " + vllm : !lcpp.empty() ? "llama.cpp " + lcpp : "";
+    row.model = model;
+    row.bytes = static_cast<uint64_t>(r.positive_integer("kv_bytes_per_token"));
+    row.ppl = r.number("ppl", 0, HUGE_VAL, "a finite positive number");
+    row.kld = r.object("kld").number("mean", 0, HUGE_VAL, "a finite number >= 0");
+    row.top1 = r.number("top1_agreement", 0, 1, "a fraction between 0 and 1");
+    row.baseline_model = model + " (f16 cache)";
+    row.baseline_ppl = base_ppl;
+    row.text = txt;
+    row.tokens = tokens;
+    in.outputs.push_back(row);
+  }
+  ReportRow& ref = in.reference;
+  ref.name = "f16 cache (reference)";
+  ref.label = "reference";
+  ref.model = model;
+  ref.ppl = base_ppl;
+  ref.kld = 0;
+  ref.top1 = 1.0;
+  ref.baseline_model = model + " (f16 cache)";
+  ref.baseline_ppl = base_ppl;
+  ref.text = txt;
+  ref.tokens = tokens;
+  ref.bytes = static_cast<uint64_t>(top.positive_integer("f16_bytes_per_token"));
+  std::stable_sort(in.outputs.begin(), in.outputs.end(),
+                   [](const ReportRow& a, const ReportRow& b) { return a.bytes < b.bytes; });
+  return in;
+}
+
+}  // namespace
+
 ReportInputs load_report_inputs(const std::vector<std::string>& paths) {
   if (paths.empty()) throw Error(ErrorKind::Usage, "report: no inputs; give quantize output folders or eval JSON files");
+  for (const std::string& p : paths)
+    if (std::optional<ReportInputs> kv = load_kv_sweep(p)) {
+      if (paths.size() != 1)
+        throw Error(ErrorKind::Usage, "report: a kv-sweep JSON (" + printable_text(p) + ") is charted on its own");
+      return *kv;
+    }
   ReportInputs in;
   std::vector<std::string> sources;
   for (const std::string& p : paths) {
@@ -342,7 +414,7 @@ nlohmann::ordered_json row_json(const ReportRow& r, bool reference) {
 nlohmann::ordered_json report_rows_json(const ReportInputs& in) {
   nlohmann::ordered_json outputs = nlohmann::ordered_json::array();
   for (const ReportRow& r : in.outputs) outputs.push_back(row_json(r, false));
-  return {{"reference", row_json(in.reference, true)}, {"outputs", outputs}};
+  return {{"unit", in.unit}, {"reference", row_json(in.reference, true)}, {"outputs", outputs}};
 }
 
 }  // namespace qf::eval

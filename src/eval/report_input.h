@@ -48,6 +48,10 @@ ReportRow parse_report_input(std::string_view json_text, const std::string& wher
                              ReportInputKind kind);
 
 struct ReportInputs {
+  // "model" (sizes are the models' bytes) or "kv_cache" (one `kv-sweep
+  // --json` file: a row per cache format, sized by its KV bytes per token,
+  // the reference the f16 cache).
+  std::string unit = "model";
   ReportRow reference;               // the baseline, drawn as one more point (kld 0, top-1 1)
   std::vector<ReportRow> outputs;    // sorted by size
   std::vector<std::filesystem::path> read;  // every file and folder read: what the output must not touch

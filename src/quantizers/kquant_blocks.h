@@ -27,6 +27,7 @@ struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; };      // x = (q 
 struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; };   // x = q d + m
 struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };                      // x = q d
 struct BlockQ8_1 { uint16_t d, s; int8_t qs[32]; };                   // s = d * sum(q)
+struct BlockIQ4_NL { uint16_t d; uint8_t qs[16]; };                   // x = d * iq4nl_value(q)
 struct BlockQ2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; };
 struct BlockQ3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; };
 struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; };
@@ -77,6 +78,20 @@ QF_HD inline int q6k_code(const BlockQ6_K& b, int e) {
   const int h = e / 128, t = (e % 128) / 32, l = e % 32;
   const uint8_t lo = b.ql[64 * h + l + 32 * (t & 1)];
   return ((t < 2 ? lo & 0xF : lo >> 4) | (((b.qh[32 * h + l] >> (2 * t)) & 3) << 4)) - 32;
+}
+
+// IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
+QF_HD inline int iq4nl_value(int code) {
+  const int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return v[code];
+}
+
+QF_HD inline void dequantize_block(const BlockIQ4_NL& b, float* y) {
+  const float d = hd::f16_to_f32(b.d);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(iq4nl_value(b.qs[j] & 0x0F));
+    y[j + 16] = d * static_cast<float>(iq4nl_value(b.qs[j] >> 4));
+  }
 }
 
 // ---- one block -> floats (y: 32 values for the legacy types, 256 for the k-quants) ----

@@ -137,6 +137,9 @@ void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb, const float* qw);  // 
 void quant_q5_k(const float* x, BlockQ5_K* y, int64_t nb, const float* qw);
 void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb, const float* qw);
 void quant_q8_k(const float* x, BlockQ8_K* y, int64_t nb);
+// IQ4_NL (kquant_iq4_nl.cpp): qw may be null; ntry 7 as ggml_quantize_chunk, -1 as its row converter.
+void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb, const float* qw, int ntry);
+float dot_iq4_nl_ref(int64_t n, const void* w, const void* a);
 
 // Dot of n weights with n activations of the type's vec_dot_type: the scalar
 // reference and the AVX2 kernel, which return the same float bit for bit.

@@ -29,7 +29,7 @@ const GgmlTypeInfo& checked_info(uint32_t type, const char* where) {
   if (!info || !is_supported(type))
     throw unsupported(where, std::string("ggml type ") + (info ? info->name : std::to_string(type)) +
                                  " is not supported (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                                 "q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
+                                 "q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq4_nl)");
   return *info;
 }
 
@@ -48,7 +48,7 @@ bool is_supported(uint32_t type) {
   switch (type) {
     case t::F32: case t::F16: case t::BF16: case t::Q4_0: case t::Q4_1: case t::Q5_0: case t::Q5_1:
     case t::Q8_0: case t::Q8_1: case t::Q2_K: case t::Q3_K: case t::Q4_K: case t::Q5_K: case t::Q6_K:
-    case t::Q8_K:
+    case t::Q8_K: case t::IQ4_NL:
       return true;
     default:
       return false;
@@ -94,9 +94,15 @@ void quantize_rows(uint32_t type, const float* src, void* dst, int64_t nrows, in
       case t::Q4_K: quant_q4_k(x, static_cast<BlockQ4_K*>(y), nb, qw); break;
       case t::Q5_K: quant_q5_k(x, static_cast<BlockQ5_K*>(y), nb, qw); break;
       case t::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(y), nb, qw); break;
+      case t::IQ4_NL: quant_iq4_nl(x, static_cast<BlockIQ4_NL*>(y), nb, qw, 7); break;
       default: throw Error(ErrorKind::Internal, "quantize_rows: unhandled type");
     }
   }
+}
+
+void quantize_row_iq4_nl_ref(const float* src, void* dst, int64_t n) {
+  const int64_t nb = checked_blocks(ggml_type::IQ4_NL, n, "quantize_row_iq4_nl_ref");
+  quant_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb, nullptr, -1);
 }
 
 void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
@@ -118,6 +124,7 @@ void dequantize_row(uint32_t type, const void* src, float* y, int64_t n) {
     case t::Q5_K: dequantize_blocks<BlockQ5_K>(src, y, nb, QK_K); break;
     case t::Q6_K: dequantize_blocks<BlockQ6_K>(src, y, nb, QK_K); break;
     case t::Q8_K: dequantize_blocks<BlockQ8_K>(src, y, nb, QK_K); break;
+    case t::IQ4_NL: dequantize_blocks<BlockIQ4_NL>(src, y, nb, QK); break;
     default: throw Error(ErrorKind::Internal, "dequantize_row: unhandled type");
   }
 }
@@ -126,7 +133,7 @@ uint32_t vec_dot_type(uint32_t type) {
   namespace t = ggml_type;
   checked_info(type, "vec_dot_type");
   switch (type) {
-    case t::Q4_0: case t::Q5_0: case t::Q8_0: return t::Q8_0;
+    case t::Q4_0: case t::Q5_0: case t::Q8_0: case t::IQ4_NL: return t::Q8_0;
     case t::Q4_1: case t::Q5_1: return t::Q8_1;
     case t::Q2_K: case t::Q3_K: case t::Q4_K: case t::Q5_K: case t::Q6_K: return t::Q8_K;
     case t::F32: case t::F16: case t::BF16: return type;

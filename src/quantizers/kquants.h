@@ -1,4 +1,4 @@
-// GGUF block quantization: ggml's legacy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and
+// GGUF block quantization: ggml's legacy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), IQ4_NL and
 // k-quant (Q2_K..Q6_K, Q8_K) formats, plus the trivial F32/F16/BF16 rows.
 //
 // Types are ggml type ids (qf::ggml_type::Q4_K, ...; block sizes and bytes per
@@ -29,7 +29,7 @@
 namespace qf::kquants {
 
 // True for the types this module quantizes, dequantizes and multiplies:
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K.
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, IQ4_NL.
 // (Q8_1 and Q8_K are activation types: quantize_activation and dequantize_row
 // only.)
 bool is_supported(uint32_t type);
@@ -44,6 +44,11 @@ size_t row_size(uint32_t type, int64_t n);
 // column); it is ignored for Q8_0 and the float types, as in llama.cpp.
 void quantize_rows(uint32_t type, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
                    const float* imatrix);
+
+// ggml's row converter for IQ4_NL (quantize_row_iq4_nl_ref, what fills a
+// llama.cpp KV cache): no extra scales tried, so bytes differ from
+// quantize_rows' (ggml_quantize_chunk's) for the same row.
+void quantize_row_iq4_nl_ref(const float* src, void* dst, int64_t n);
 
 // Decodes one row of `n` elements.
 void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);

@@ -49,6 +49,7 @@ Table make_table() {
   set(t::Q4_K, dot_q4_k_ref, dot_q4_k_avx2);
   set(t::Q5_K, dot_q5_k_ref, dot_q5_k_avx2);
   set(t::Q6_K, dot_q6_k_ref, dot_q6_k_avx2);
+  set(t::IQ4_NL, dot_iq4_nl_ref, dot_iq4_nl_ref);  // scalar at every level
   tb.avx512[t::Q4_K] = dot_q4_k_avx512;
   tb.avx512[t::Q5_K] = dot_q5_k_avx512;
   tb.avx512[t::Q6_K] = dot_q6_k_avx512;

@@ -23,7 +23,7 @@ namespace gt = ggml_type;
 const std::vector<uint32_t> kWeightTypes = {gt::F32,  gt::F16,  gt::BF16, gt::Q4_0, gt::Q4_1, gt::Q5_0, gt::Q5_1,
                                             gt::Q8_0, gt::Q2_K, gt::Q3_K, gt::Q4_K, gt::Q5_K, gt::Q6_K};
 const std::vector<uint32_t> kQuantTypes = {gt::Q4_0, gt::Q4_1, gt::Q5_0, gt::Q5_1, gt::Q8_0,
-                                           gt::Q2_K, gt::Q3_K, gt::Q4_K, gt::Q5_K, gt::Q6_K};
+                                           gt::Q2_K, gt::Q3_K, gt::Q4_K, gt::Q5_K, gt::Q6_K, gt::IQ4_NL};
 
 std::string tname(uint32_t t) { return ggml_type_info(t)->name; }
 
@@ -122,6 +122,15 @@ TEST(KQuant, BadRowLengthAndTypeThrow) {
 
 // ---- byte identity with llama.cpp (golden hashes) ---------------------------------
 
+// The importance matrix the golden hashes were made with: zero, heavy and
+// light columns.
+std::vector<float> golden_imatrix(int64_t npr) {
+  std::vector<float> im(static_cast<size_t>(npr));
+  for (int64_t j = 0; j < npr; ++j)
+    im[static_cast<size_t>(j)] = (j % 101 == 0) ? 0.0f : (j % 7 == 0) ? 9.0f : 0.25f + static_cast<float>(j % 5);
+  return im;
+}
+
 // FNV-1a of quantize_rows' bytes for synthetic_rows(128 x 4096, seed 7),
 // without and with the imatrix below. The values were produced by llama.cpp's
 // ggml_quantize_chunk (ggml-org/llama.cpp d3cf1f14, via ggml-org/ggml d99724f2)
@@ -130,9 +139,7 @@ TEST(KQuant, BadRowLengthAndTypeThrow) {
 TEST(KQuant, BytesMatchLlamaCppGolden) {
   const int64_t npr = 4096, rows = 128;
   const auto x = synthetic_rows(rows, npr, 7);
-  std::vector<float> im(npr);
-  for (int64_t j = 0; j < npr; ++j)
-    im[static_cast<size_t>(j)] = (j % 101 == 0) ? 0.0f : (j % 7 == 0) ? 9.0f : 0.25f + static_cast<float>(j % 5);
+  const std::vector<float> im = golden_imatrix(npr);
   const std::map<uint32_t, std::pair<uint64_t, uint64_t>> golden = {
       {gt::Q4_0, {0xe2fa5797f0d7627dULL, 0x9662675284744272ULL}},
       {gt::Q4_1, {0x1bdb39880d934120ULL, 0xf8592d53a74c7019ULL}},
@@ -151,6 +158,31 @@ TEST(KQuant, BytesMatchLlamaCppGolden) {
     EXPECT_EQ(fnv1a(quantize(t, x, npr)), want.first) << tname(t) << " without imatrix";
     EXPECT_EQ(fnv1a(quantize(t, x, npr, im.data())), want.second) << tname(t) << " with imatrix";
   }
+}
+
+// IQ4_NL against llama.cpp b4748 on the same floats: ggml_quantize_chunk
+// (without and with the imatrix above; 7 extra scales tried) and the row
+// converter that fills its KV cache, quantize_row_iq4_nl_ref (none tried).
+TEST(KQuant, Iq4NlBytesMatchLlamaCppGolden) {
+  const int64_t npr = 4096, rows = 128;
+  const auto x = synthetic_rows(rows, npr, 7);
+  const std::vector<float> im = golden_imatrix(npr);
+  EXPECT_EQ(fnv1a(quantize(gt::IQ4_NL, x, npr)), 0xccbbf7b220cc26f8ULL);
+  EXPECT_EQ(fnv1a(quantize(gt::IQ4_NL, x, npr, im.data())), 0x8c1fa6478b5c52caULL);
+  // ggml's row converter leaves the codes of an all-zero block (scale 0)
+  // as whatever its stack held, so the rows that start with one (r % 16 == 3)
+  // are left out of this hash.
+  std::vector<uint8_t> q, row(row_size(gt::IQ4_NL, npr));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r % 16 == 3) continue;
+    quantize_row_iq4_nl_ref(x.data() + r * npr, row.data(), npr);
+    q.insert(q.end(), row.begin(), row.end());
+  }
+  EXPECT_EQ(fnv1a(q), 0x4720a15cc74dec11ULL);
+  // Decoding: d * level; the dot against Q8_0 equals the dequantized float dot
+  // within the activation's rounding.
+  const std::vector<float> y = dequantize(gt::IQ4_NL, quantize(gt::IQ4_NL, x, npr), npr, rows);
+  EXPECT_LT(rel_rmse(x, y), 0.12);
 }
 
 // ---- round trips -------------------------------------------------------------------

@@ -61,6 +61,7 @@ GenerateResult generate(const Model& model, const Tokenizer& tok, const std::str
                                         std::to_string(model.max_context()));
   Sampler sampler(opts.sampler);
   KvCache cache = model.make_cache(opts.kv_dtype, total);
+  model.calibrate_kv(cache, {r.prompt}, pool);  // NVFP4: global scales from the prompt's keys and values
   const int32_t seq = cache.add_sequence();
   TextStream stream(tok, on_text);
   for (size_t i = 0; i < r.prompt.size(); ++i)

@@ -17,7 +17,7 @@ namespace qf::rt {
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   SamplerOptions sampler;
-  KvDType kv_dtype = KvDType::F16;
+  KvFormat kv_dtype = KvDType::F16;
 };
 
 struct GenerateResult {

@@ -142,17 +142,50 @@ int64_t Model::window(int64_t layer) const {
   return *config_.sliding_window;
 }
 
-KvCache Model::make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size) const {
+KvCache Model::make_cache(const KvFormat& format, int64_t max_tokens, int64_t block_size) const {
   KvShape s{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+  if (format.has_kivi()) block_size = std::max<int64_t>(block_size, kKiviGroup);  // a key group within a block
   // One spare block per 16 sequences' worth of rounding is left to the caller:
   // max_tokens counts positions, blocks are rounded up per sequence.
-  KvCache cache(s, dtype, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
-  if (dtype == KvDType::F8_E4M3 && !w_.k_scale.empty()) {
+  KvCache cache(s, format, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
+  if ((format.k == KvDType::F8_E4M3 || format.v == KvDType::F8_E4M3) && !w_.k_scale.empty()) {
     for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
       cache.set_f8_scales(li, std::vector<float>(static_cast<size_t>(s.n_kv_heads), w_.k_scale[static_cast<size_t>(li)]),
                           std::vector<float>(static_cast<size_t>(s.n_kv_heads), w_.v_scale[static_cast<size_t>(li)]));
   }
   return cache;
+}
+
+namespace {
+
+// The absolute maxima of every layer's keys (after RoPE) and values.
+class KvAmax : public LinearObserver {
+ public:
+  explicit KvAmax(int64_t layers) : amax(static_cast<size_t>(layers), {0.f, 0.f}) {}
+  void observe(int64_t, Slot, const float*, int64_t, int64_t) override {}
+  void observe_kv(int64_t layer, const float* k, const float* v, int64_t n, int64_t kv_dim) override {
+    auto& a = amax[static_cast<size_t>(layer)];
+    for (int64_t i = 0; i < n * kv_dim; ++i) a.first = std::max(a.first, std::fabs(k[i]));
+    for (int64_t i = 0; i < n * kv_dim; ++i) a.second = std::max(a.second, std::fabs(v[i]));
+  }
+  std::vector<std::pair<float, float>> amax;
+};
+
+}  // namespace
+
+void Model::calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const {
+  if (!cache.needs_calibration()) return;
+  KvAmax obs(config_.num_hidden_layers);
+  for (const auto& tokens : samples) {
+    KvCache f16 = make_cache(KvDType::F16, static_cast<int64_t>(tokens.size()));
+    const int32_t seq = f16.add_sequence();
+    Batch b;
+    for (size_t j = 0; j < tokens.size(); ++j) b.add(tokens[j], seq, static_cast<int64_t>(j), false);
+    std::vector<float> logits;
+    forward(b, f16, logits, pool, &obs);
+  }
+  for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
+    cache.set_nvfp4_amax(li, obs.amax[static_cast<size_t>(li)].first, obs.amax[static_cast<size_t>(li)].second);
 }
 
 void Model::rope(const Batch& b, float* x, int64_t heads) const {
@@ -188,6 +221,7 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
     int32_t seq;
     int64_t kvh;
     std::vector<int64_t> tokens;  // batch indices, positions increasing
+    int64_t seq_tokens;           // the sequence's tokens in the batch
   };
   std::vector<Item> items;
   {
@@ -209,7 +243,8 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       for (size_t i = (toks.size() - 1) / qb * qb;; i -= qb) {
         for (int64_t kvh = 0; kvh < nkv; ++kvh)
           items.push_back({s, kvh, std::vector<int64_t>(toks.begin() + static_cast<std::ptrdiff_t>(i),
-                                                        toks.begin() + static_cast<std::ptrdiff_t>(std::min(toks.size(), i + qb)))});
+                                                        toks.begin() + static_cast<std::ptrdiff_t>(std::min(toks.size(), i + qb))),
+                          static_cast<int64_t>(toks.size())});
         if (i == 0) break;
       }
     }
@@ -222,10 +257,48 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
     const int64_t pos = b.pos[static_cast<size_t>(t)];
     return win > 0 ? std::max<int64_t>(0, pos - win + 1) : 0;
   };
+  // Quantized block types (as llama.cpp: the query in the block type's
+  // activation type, then integer dots) and KIVI (whose f16 windows depend
+  // on the query's position) are read straight from the stored bytes, one
+  // token at a time; so are the other non-f16 caches for a sequence with one
+  // or two tokens in the batch (decoding), rather than widening every
+  // visible position first. An f16 cache always takes the GEMM blocks, whose
+  // every score and output has the order of a single dot: its floats do not
+  // depend on how the batch is cut (the thread count, the tokens whose
+  // logits are wanted).
+  const KvDType kt = cache.k_type(layer);
+  const bool kivi = kt == KvDType::KIVI2 || kt == KvDType::KIVI4 || cache.v_type(layer) == KvDType::KIVI2 ||
+                    cache.v_type(layer) == KvDType::KIVI4;
+  const bool blocks = kt == KvDType::Q8_0 || kt == KvDType::Q4_0 || kt == KvDType::Q4_1 || kt == KvDType::Q5_0 ||
+                      kt == KvDType::Q5_1 || kt == KvDType::IQ4_NL;
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](const Chunk& c) {
     thread_local std::vector<float> K, Vt, Q, S;
     for (int64_t ii = c.begin; ii < c.end; ++ii) {
       const Item& it = items[static_cast<size_t>(ii)];
+      const int64_t queries = static_cast<int64_t>(it.tokens.size());
+      if (kivi || blocks || (kt != KvDType::F16 && it.seq_tokens <= 2)) {
+        // The query heads of this KV head together: each stored vector is
+        // read once for all of them.
+        Q.resize(static_cast<size_t>(group * hd));
+        for (int64_t t : it.tokens) {
+          const int64_t pos = b.pos[static_cast<size_t>(t)], lo = first_key(t), n = pos - lo + 1;
+          S.resize(static_cast<size_t>(group * n));
+          const int64_t h0 = it.kvh * group;
+          std::copy_n(q + (t * nh + h0) * hd, group * hd, Q.data());
+          for (int64_t j = 0; j < group; ++j) cache.rotate_query(layer, Q.data() + j * hd);
+          cache.key_scores(layer, it.seq, it.kvh, lo, pos + 1, Q.data(), static_cast<int>(group), pos, S.data());
+          for (int64_t j = 0; j < group; ++j) {
+            float* sj = S.data() + j * n;
+            for (int64_t p = 0; p < n; ++p) sj[p] *= scale;
+            softmax(sj, n);
+          }
+          float* o = out + (t * nh + h0) * hd;
+          std::fill_n(o, group * hd, 0.f);
+          cache.value_sum(layer, it.seq, it.kvh, lo, pos + 1, S.data(), static_cast<int>(group), pos, o);
+          for (int64_t j = 0; j < group; ++j) cache.unrotate_output(layer, o + j * hd);
+        }
+        continue;
+      }
       int64_t lo_all = INT64_MAX, hi_all = 0;
       for (int64_t t : it.tokens) {
         lo_all = std::min(lo_all, first_key(t));
@@ -236,14 +309,16 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
       Vt.resize(static_cast<size_t>(span * hd));
       cache.load_k_rows(layer, it.seq, it.kvh, lo_all, hi_all, K.data());
       cache.load_v_cols(layer, it.seq, it.kvh, lo_all, hi_all, Vt.data());
-      const int64_t queries = static_cast<int64_t>(it.tokens.size());
       for (int64_t h = it.kvh * group; h < (it.kvh + 1) * group; ++h) {
         for (int64_t j0 = 0; j0 < queries; j0 += kQueryRows) {
           const int64_t m = std::min(kQueryRows, queries - j0);
           const int64_t* toks = it.tokens.data() + j0;
           const int64_t k0 = first_key(toks[0]) - lo_all, k1 = b.pos[static_cast<size_t>(toks[m - 1])] + 1 - lo_all;
           Q.resize(static_cast<size_t>(m * hd)), S.resize(static_cast<size_t>(m * (k1 - k0)));
-          for (int64_t j = 0; j < m; ++j) std::copy_n(q + (toks[j] * nh + h) * hd, hd, Q.data() + j * hd);
+          for (int64_t j = 0; j < m; ++j) {
+            std::copy_n(q + (toks[j] * nh + h) * hd, hd, Q.data() + j * hd);
+            cache.rotate_query(layer, Q.data() + j * hd);
+          }
           gemm_tile_f32(Q.data(), m, hd, K.data() + k0 * hd, k1 - k0, hd, S.data(), k1 - k0);
           for (int64_t j = 0; j < m; ++j) {
             const int64_t t = toks[j], lo = first_key(t);
@@ -253,6 +328,7 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
             softmax(scores, n);
             float* o = out + (t * nh + h) * hd;
             for (int64_t d = 0; d < hd; ++d) o[d] = dot_f32(scores, Vt.data() + d * span + off, n);
+            cache.unrotate_output(layer, o);
           }
         }
       }
@@ -274,6 +350,17 @@ void Model::check_batch(const Batch& b, KvCache& cache) const {
                                          std::to_string(c.max_position_embeddings));
   }
   for (int64_t t = 0; t < n; ++t) cache.reserve(b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)] + 1);
+  if (cache.format().has_kivi()) {
+    std::vector<std::pair<int32_t, int64_t>> first;  // (sequence, its first position in the batch)
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t sq = b.seq[static_cast<size_t>(t)];
+      const int64_t pos = b.pos[static_cast<size_t>(t)];
+      auto it = std::find_if(first.begin(), first.end(), [&](const auto& e) { return e.first == sq; });
+      if (it == first.end()) first.push_back({sq, pos});
+      else it->second = std::min(it->second, pos);
+    }
+    for (const auto& [sq, pos] : first) cache.begin_batch(sq, pos);
+  }
 }
 
 void Model::embed(const Batch& b, float* x) const {

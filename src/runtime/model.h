@@ -176,8 +176,13 @@ class Model {
   int64_t window(int64_t layer) const;
 
   // A cache sized for `max_tokens` positions in all. F8_E4M3 caches get the
-  // model's calibrated k/v scales when it has them (1.0 otherwise).
-  KvCache make_cache(KvDType dtype, int64_t max_tokens, int64_t block_size = 16) const;
+  // model's calibrated k/v scales when it has them (1.0 otherwise). KIVI
+  // caches use blocks of at least 32 positions.
+  KvCache make_cache(const KvFormat& format, int64_t max_tokens, int64_t block_size = 16) const;
+  // NVFP4 caches: sets every layer's global scales from the absolute maxima
+  // of its keys and values over the samples, run with an f16 cache (Model
+  // Optimizer's "max" calibration). No-op for the other formats.
+  void calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const;
 
   // Runs the batch, appending its K/V to `cache`; `logits` receives
   // [tokens with want_logits, vocab] floats in batch order.

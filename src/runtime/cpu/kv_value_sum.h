@@ -1,0 +1,21 @@
+// The value half of attention over a packed KV cache: out_j += sum_p w_j[p]
+// decode(V[p]) for the nq query heads sharing a KV head, each stored vector
+// decoded once (into registers at the AVX2 level and up) for all of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/kv_format.h"
+
+namespace qf::rt {
+
+// n vectors of type t (head_dim values each) stored `stride` bytes apart;
+// weights w[j * w_stride + p]; outputs out[j * head_dim + d]. `param` as
+// kv_decode's. AVX2 kernels for f16 and llama.cpp's block types, the same
+// sums as decoding then axpy up to FMA rounding; other types decode each
+// vector and use axpy.
+void kv_value_sum(KvDType t, const uint8_t* v, size_t stride, int64_t n, int64_t head_dim, float param,
+                  const float* w, int64_t w_stride, int nq, float* out);
+
+}  // namespace qf::rt
