@@ -36,10 +36,14 @@ void run_sweep(const SweepOpts& o) {
   so.ppl.max_spans = o.max_chunks;
   so.max_kld = o.max_kld;
   so.decode_tokens = o.decode_tokens;
-  if (!o.types.empty()) {
+  if (!o.types.empty()) {  // names as the table prints them; "k=A,v=B" keeps its comma
+    std::vector<std::string> parts;
     std::stringstream ss(o.types);
-    for (std::string t; std::getline(ss, t, ',');)
-      if (!t.empty()) so.formats.push_back(rt::parse_kv_format(t));
+    for (std::string t; std::getline(ss, t, ',');) {
+      if (t.rfind("v=", 0) == 0 && !parts.empty() && parts.back().rfind("k=", 0) == 0) parts.back() += "," + t;
+      else if (!t.empty()) parts.push_back(t);
+    }
+    for (const std::string& t : parts) so.formats.push_back(rt::parse_kv_format_name(t));
   }
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model), o.text}, true, true, "--json");
   const std::string text = read_text_input(o.text);
@@ -69,7 +73,10 @@ void register_kv_sweep(CLI::App& app) {
   cmd->add_option("--max-chunks", o->max_chunks, "windows scored per format (default 4)")->check(int_at_least(1));
   cmd->add_option("--max-kld", o->max_kld, "name the smallest format whose mean KL divergence is within K")
       ->check(finite_at_least(0, false));
-  cmd->add_option("--types", o->types, "comma-separated formats (default: every one; kv-sweep --help lists them)");
+  cmd->add_option("--types", o->types,
+                  "comma-separated formats as the table names them (default: every one): f16, f8, int8, q8_0, q5_1, "
+                  "q5_0, q4_1, q4_0, iq4_nl (each +hadamard too), k=q8_0,v=q4_0, turboquant_k8v4, turboquant_4bit_nc, "
+                  "turboquant_k3v4_nc, turboquant_3bit_nc (+edge0: every layer compressed), nvfp4, kivi4, kivi2");
   cmd->add_option("--decode-tokens", o->decode_tokens,
                   "decode timing: tokens decoded after a prompt filling the context (default 32; 0: none)")
       ->check(int_range(0, 1 << 20));

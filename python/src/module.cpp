@@ -245,7 +245,7 @@ py::object cmd_kv_sweep(const py::object& model, const py::object& text, int64_t
   so.ppl.max_spans = max_chunks;
   so.max_kld = max_kld;
   so.decode_tokens = decode_tokens;
-  for (const std::string& name : types) so.formats.push_back(rt::parse_kv_format(name));
+  for (const std::string& name : types) so.formats.push_back(rt::parse_kv_format_name(name));
   nlohmann::ordered_json j;
   {
     ProgressScope scope(progress);

@@ -18,9 +18,18 @@ KvSweepResult kv_sweep(const rt::Model& model, const std::vector<Span>& spans, c
   KvSweepResult r;
   int64_t ctx = 0;
   for (const Span& s : spans) ctx = std::max<int64_t>(ctx, static_cast<int64_t>(s.tokens.size()));
+  r.head_dim = model.config().head_dim;
   for (size_t i = 0; i < formats.size(); ++i) {
     KvSweepRow row;
     row.format = formats[i];
+    try {
+      model.make_cache(formats[i], 64);
+    } catch (const Error& e) {  // a format this model cannot hold is reported, not measured
+      if (e.kind() != ErrorKind::Usage && e.kind() != ErrorKind::Unsupported) throw;
+      r.skipped.push_back({formats[i].name(), e.what()});
+      if (progress) progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(formats.size()));
+      continue;
+    }
     PplOptions p = o.ppl;
     p.kv_dtype = formats[i];
     p.base_kv = rt::KvDType::F16;
@@ -87,8 +96,9 @@ nlohmann::ordered_json kv_sweep_report(const std::string& model_arg, const std::
                     {"prefill_tokens_per_s", x.prefill_tokens_per_s},
                     {"valid", measurement_problems(x.eval).empty()},
                     {"vllm", x.format.vllm_flag()},
-                    {"llama_cpp", x.format.llama_cpp_flags()}});
+                    {"llama_cpp", x.format.llama_cpp_flags(r.head_dim)}});
   }
+  if (r.rows.empty()) throw invalid_input(model_arg, "kv-sweep: this model can hold none of the formats asked for");
   const EvalResult& first = r.rows.front().eval;
   json j = {{"kv_sweep", true},
             {"model", model_arg},
@@ -105,6 +115,9 @@ nlohmann::ordered_json kv_sweep_report(const std::string& model_arg, const std::
     j["best"] = r.best >= 0 ? json(r.rows[static_cast<size_t>(r.best)].format.name()) : json();
   }
   j["problems"] = r.problems;
+  json skipped = json::array();
+  for (const auto& [name, why] : r.skipped) skipped.push_back({{"kv_dtype", name}, {"why", why}});
+  j["skipped"] = skipped;
   return j;
 }
 
@@ -121,6 +134,7 @@ std::string kv_sweep_table(const KvSweepResult& r, const KvSweepOptions& o) {
                   x.eval.kld_p99, x.eval.ppl, x.decode_tokens_per_s, static_cast<int>(i) == r.best ? "  <- smallest within the bound" : "");
     s += buf;
   }
+  for (const auto& [name, why] : r.skipped) s += "skipped " + name + ": " + why + "\n";
   if (o.max_kld) {
     if (r.best < 0) {
       std::snprintf(buf, sizeof buf, "no format keeps the mean KL divergence within %g\n", *o.max_kld);
@@ -131,7 +145,8 @@ std::string kv_sweep_table(const KvSweepResult& r, const KvSweepOptions& o) {
                     b.format.name().c_str(), static_cast<unsigned long long>(b.bytes_per_token));
       s += buf;
       s += "  vLLM:      " + (b.format.vllm_flag().empty() ? std::string("(no such cache)") : b.format.vllm_flag()) + "\n";
-      s += "  llama.cpp: " + (b.format.llama_cpp_flags().empty() ? std::string("(no such cache)") : b.format.llama_cpp_flags()) + "\n";
+      const std::string lc = b.format.llama_cpp_flags(r.head_dim);
+      s += "  llama.cpp: " + (lc.empty() ? std::string("(no such cache)") : lc) + "\n";
     }
   }
   return s;

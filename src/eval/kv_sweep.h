@@ -41,6 +41,10 @@ struct KvSweepResult {
   int best = -1;                    // the smallest bytes per token within max_kld (-1: none or no bound)
   std::vector<std::string> problems;  // formats whose measurement is not valid, one sentence each
   uint64_t f16_bytes_per_token = 0;   // the reference cache's
+  int64_t head_dim = 0;
+  // Formats this model cannot hold (head size, query heads per KV head),
+  // each with the reason; the others are measured.
+  std::vector<std::pair<std::string, std::string>> skipped;
 };
 
 KvSweepResult kv_sweep(const rt::Model& model, const std::vector<Span>& spans, const KvSweepOptions& o,

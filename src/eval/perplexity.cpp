@@ -116,8 +116,10 @@ bool all_finite(const float* x, int64_t n) {
 
 // The logits a span scores (rows first_scored .. size-2), by the CPU runtime
 // or, when `dev` is given, by the device decoder; returns the seconds taken.
+// calib: the per-layer K/V maxima an NVFP4 cache's global scales come from
+// (computed once per evaluation).
 double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const rt::KvFormat& kv,
-                const std::vector<std::vector<int32_t>>& calib, ThreadPool& pool, std::vector<float>& logits,
+                const std::vector<std::pair<float, float>>& calib, ThreadPool& pool, std::vector<float>& logits,
                 uint64_t* kv_bytes_per_token) {
   if (dev) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
@@ -129,7 +131,9 @@ double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   rt::KvCache cache = m.make_cache(kv, static_cast<int64_t>(s.tokens.size()));
-  m.calibrate_kv(cache, calib, pool);
+  if (cache.needs_calibration())
+    for (int64_t li = 0; li < static_cast<int64_t>(calib.size()); ++li)
+      cache.set_nvfp4_amax(li, calib[static_cast<size_t>(li)].first, calib[static_cast<size_t>(li)].second);
   *kv_bytes_per_token = cache.bytes_per_token();
   const int32_t seq = cache.add_sequence();
   rt::Batch b;
@@ -159,8 +163,15 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   std::vector<float> logits, base_logits;
   std::unique_ptr<rt::DeviceDecoder> dev, base_dev;
   std::vector<int64_t> position;  // of each scored token in its span
-  std::vector<std::vector<int32_t>> calib = o.kv_calibration;  // NVFP4's global scales; default: the first spans
-  for (size_t i = 0; o.kv_calibration.empty() && i < spans.size() && i < 4; ++i) calib.push_back(spans[i].tokens);
+  // NVFP4's global scales, calibrated once (default: on the first spans).
+  std::vector<std::pair<float, float>> calib, base_calib;
+  {
+    std::vector<std::vector<int32_t>> samples = o.kv_calibration;
+    for (size_t i = 0; o.kv_calibration.empty() && i < spans.size() && i < 4; ++i) samples.push_back(spans[i].tokens);
+    auto nvfp4 = [](const rt::KvFormat& f) { return f.k == rt::KvDType::NVFP4 || f.v == rt::KvDType::NVFP4; };
+    if (nvfp4(o.kv_dtype)) calib = model.kv_amax(samples, pool);
+    if (baseline && nvfp4(o.base_kv)) base_calib = baseline->kv_amax(samples, pool);
+  }
   if (o.device != device::Kind::Cpu) {
     const std::string where = std::string("eval --device ") + device::kind_name(o.device);
     if (o.kv_dtype != rt::KvDType::F16 || (baseline && o.base_kv != rt::KvDType::F16))
@@ -179,7 +190,7 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
     const Span& s = spans[si];
     r.seconds += run_span(model, dev.get(), s, o.kv_dtype, calib, pool, logits, &r.kv_bytes_per_token);
     if (baseline)
-      r.base_seconds += run_span(*baseline, base_dev.get(), s, o.base_kv, calib, pool, base_logits, &r.base_kv_bytes_per_token);
+      r.base_seconds += run_span(*baseline, base_dev.get(), s, o.base_kv, base_calib, pool, base_logits, &r.base_kv_bytes_per_token);
     for (int64_t k = 0; k < s.scored(); ++k) position.push_back(s.first_scored + k);
     r.tokens_processed += static_cast<int64_t>(s.tokens.size());
     // Per scored token, independently (so any thread count gives the same

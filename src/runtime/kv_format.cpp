@@ -86,19 +86,19 @@ std::string KvFormat::name() const {
 }
 
 std::string KvFormat::vllm_flag() const {
-  if (!preset.empty())
-    return "--kv-cache-dtype " + preset + (keep_f16_edge >= 0 ? " --kv-cache-dtype-skip-layers (edges: " +
-                                                                   std::to_string(keep_f16_edge) + ")"
-                                                             : "");
+  // vLLM adds its edge layers to any --kv-cache-dtype-skip-layers: other
+  // edges have no flag there.
+  if (!preset.empty()) return keep_f16_edge >= 0 ? "" : "--kv-cache-dtype " + preset;
   if (k == v && k == KvDType::F16) return "--kv-cache-dtype auto";
   if (k == v && k == KvDType::F8_E4M3) return "--kv-cache-dtype fp8";
   if (k == v && k == KvDType::NVFP4) return "--kv-cache-dtype nvfp4";
   return "";
 }
 
-std::string KvFormat::llama_cpp_flags() const {
+std::string KvFormat::llama_cpp_flags(int64_t head_dim) const {
   auto ok = [](KvDType t) { return t == KvDType::F16 || is_ggml(t); };
   if (!preset.empty() || !ok(k) || !ok(v)) return "";
+  if (rotation == KvRotation::Hadamard && head_dim % 64 != 0) return "";  // llama.cpp leaves such heads unrotated
   std::string s = std::string("-ctk ") + kv_dtype_name(k) + " -ctv " + kv_dtype_name(v);
   if (v != KvDType::F16) s += " -fa";  // a quantized V cache needs flash attention
   // Builds from April 2026 on rotate quantized caches of heads divisible by
@@ -133,11 +133,44 @@ KvFormat parse_kv_format(const std::string& both, const std::string& k, const st
   if (!v.empty()) f.v = parse_kv_dtype(v);
   if (rotation == "hadamard") {
     if (preset) throw Error(ErrorKind::Usage, "--kv-rotation: the TurboQuant presets rotate their keys themselves");
+    for (KvDType t : {f.k, f.v})
+      if (t != KvDType::F16 && !is_ggml(t))
+        throw Error(ErrorKind::Usage, std::string("--kv-rotation hadamard is llama.cpp's, for its block types (q8_0, "
+                                                  "q4_0, q4_1, q5_0, q5_1, iq4_nl); not for ") + kv_dtype_name(t));
+    if (f.k == KvDType::F16 && f.v == KvDType::F16)
+      throw Error(ErrorKind::Usage, "--kv-rotation hadamard rotates quantized caches only; this one is f16");
     f.rotation = KvRotation::Hadamard;
   } else if (rotation != "none" && !rotation.empty()) {
     throw Error(ErrorKind::Usage, "unknown --kv-rotation '" + rotation + "' (expected none or hadamard)");
   }
   return f;
+}
+
+KvFormat parse_kv_format_name(const std::string& name) {
+  std::string base = name, rotation = "none";
+  int64_t edge = -1;
+  for (;;) {
+    const size_t plus = base.rfind('+');
+    if (plus == std::string::npos) break;
+    const std::string suffix = base.substr(plus + 1);
+    if (suffix == "hadamard") {
+      rotation = "hadamard";
+    } else if (suffix.rfind("edge", 0) == 0 && suffix.size() > 4 &&
+               suffix.find_first_not_of("0123456789", 4) == std::string::npos && suffix.size() < 12) {
+      edge = std::stoll(suffix.substr(4));
+    } else {
+      throw Error(ErrorKind::Usage, "unknown KV-cache format suffix '+" + suffix + "' in '" + name +
+                                        "' (expected +hadamard or +edgeN)");
+    }
+    base.resize(plus);
+  }
+  if (base.rfind("k=", 0) == 0) {
+    const size_t comma = base.find(",v=");
+    if (comma == std::string::npos)
+      throw Error(ErrorKind::Usage, "'" + name + "': a key/value pair is written k=TYPE,v=TYPE");
+    return parse_kv_format("f16", base.substr(2, comma - 2), base.substr(comma + 3), rotation, edge);
+  }
+  return parse_kv_format(base, "", "", rotation, edge);
 }
 
 std::vector<KvFormat> kv_sweep_formats(int64_t n_layers) {

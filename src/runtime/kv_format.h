@@ -73,9 +73,11 @@ struct KvFormat {
   // rotated and "+edgeN" when a preset's edge layers are set by hand.
   std::string name() const;
   // The flag values that select it: vLLM's --kv-cache-dtype and llama.cpp's
-  // -ctk/-ctv ("" when that engine has no such cache).
+  // -ctk/-ctv ("" when that engine has no such cache: a TurboQuant preset
+  // with its edge layers set by hand, a rotation of a head llama.cpp does
+  // not rotate (head_dim not divisible by 64)).
   std::string vllm_flag() const;
-  std::string llama_cpp_flags() const;
+  std::string llama_cpp_flags(int64_t head_dim) const;
 };
 
 bool operator==(const KvFormat& a, const KvFormat& b);
@@ -85,9 +87,15 @@ inline bool operator!=(const KvFormat& a, const KvFormat& b) { return !(a == b);
 // and --kv-v-dtype V (each overriding one side; "" when not given), and
 // --kv-rotation (none, hadamard). Usage error for an unknown name, a preset
 // mixed with -k/-v types or a rotation, and a rotation with no quantized side.
-// --kv-f16-edge-layers (-1: the preset's rule; only with a preset).
+// --kv-f16-edge-layers (-1: the preset's rule; only with a preset). The
+// rotation applies to llama.cpp's block types only (q8_0 ... iq4_nl), at
+// least one side quantized.
 KvFormat parse_kv_format(const std::string& both, const std::string& k = "", const std::string& v = "",
                          const std::string& rotation = "none", int64_t f16_edge = -1);
+
+// A format by the name KvFormat::name() gives it ("q4_0+hadamard",
+// "k=q8_0,v=q4_0", "turboquant_3bit_nc+edge0", or a plain type or preset).
+KvFormat parse_kv_format_name(const std::string& name);
 
 // Every format the sweep measures, in its order, for a model of n_layers:
 // the presets with vLLM's rule, and also with every layer compressed when

@@ -17,16 +17,32 @@ TEST(KvFormat, ParsesTypesPresetsAndSides) {
   EXPECT_EQ(mixed.k, KvDType::Q8_0);
   EXPECT_EQ(mixed.v, KvDType::Q4_0);
   EXPECT_EQ(mixed.name(), "k=q8_0,v=q4_0");
-  EXPECT_EQ(mixed.llama_cpp_flags(), "-ctk q8_0 -ctv q4_0 -fa (b4748; later builds: LLAMA_ATTN_ROT_DISABLE=1)");
+  EXPECT_EQ(mixed.llama_cpp_flags(128), "-ctk q8_0 -ctv q4_0 -fa (b4748; later builds: LLAMA_ATTN_ROT_DISABLE=1)");
   EXPECT_EQ(mixed.vllm_flag(), "");
   const KvFormat tq = parse_kv_format("turboquant_k3v4_nc");
   EXPECT_EQ(tq.k, KvDType::TQ_K3_NC);
   EXPECT_EQ(tq.v, KvDType::TQ_V4);
   EXPECT_EQ(tq.vllm_flag(), "--kv-cache-dtype turboquant_k3v4_nc");
-  EXPECT_EQ(tq.llama_cpp_flags(), "");
+  EXPECT_EQ(tq.llama_cpp_flags(128), "");
   EXPECT_QF_ERROR(parse_kv_format("turboquant_k8v4", "q4_0"), ErrorKind::Usage, "sets both sides");
   EXPECT_QF_ERROR(parse_kv_format("q4_0", "", "", "random"), ErrorKind::Usage, "--kv-rotation");
-  EXPECT_EQ(parse_kv_format("q4_0", "", "", "hadamard").name(), "q4_0+hadamard");
+  const KvFormat rot = parse_kv_format("q4_0", "", "", "hadamard");
+  EXPECT_EQ(rot.name(), "q4_0+hadamard");
+  EXPECT_EQ(rot.llama_cpp_flags(32), "");  // llama.cpp rotates heads divisible by 64 only
+  EXPECT_EQ(rot.llama_cpp_flags(128), "-ctk q4_0 -ctv q4_0 -fa (a build from April 2026 on: it rotates)");
+  EXPECT_QF_ERROR(parse_kv_format("kivi2", "", "", "hadamard"), ErrorKind::Usage, "not for kivi2");
+  EXPECT_QF_ERROR(parse_kv_format("nvfp4", "", "", "hadamard"), ErrorKind::Usage, "not for nvfp4");
+  EXPECT_QF_ERROR(parse_kv_format("f16", "", "", "hadamard"), ErrorKind::Usage, "quantized caches only");
+  EXPECT_EQ(parse_kv_format("f16", "", "q4_0", "hadamard").name(), "k=f16,v=q4_0+hadamard");
+}
+
+// Every name the sweep prints reads back as the same format (kv-sweep --types).
+TEST(KvFormat, NamesReadBack) {
+  for (const KvFormat& f : kv_sweep_formats(4)) EXPECT_EQ(parse_kv_format_name(f.name()), f) << f.name();
+  EXPECT_EQ(parse_kv_format_name("k=q8_0,v=q4_0+hadamard").v, KvDType::Q4_0);
+  EXPECT_QF_ERROR(parse_kv_format_name("q4_0+fast"), ErrorKind::Usage, "+fast");
+  EXPECT_QF_ERROR(parse_kv_format_name("k=q8_0"), ErrorKind::Usage, "k=TYPE,v=TYPE");
+  EXPECT_EQ(parse_kv_format("turboquant_k8v4", "", "", "none", 0).vllm_flag(), "");  // no vLLM flag for other edges
 }
 
 // vLLM's boundary rule: the first and last min(2, layers / 2) layers stay

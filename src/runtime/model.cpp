@@ -144,7 +144,13 @@ int64_t Model::window(int64_t layer) const {
 
 KvCache Model::make_cache(const KvFormat& format, int64_t max_tokens, int64_t block_size) const {
   KvShape s{config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
-  if (format.has_kivi()) block_size = std::max<int64_t>(block_size, kKiviGroup);  // a key group within a block
+  if (format.has_kivi()) {
+    block_size = std::max<int64_t>(block_size, kKiviGroup);  // a key group within a block
+    if (config_.num_attention_heads / config_.num_key_value_heads > 8)
+      throw Error(ErrorKind::Unsupported, "--kv-dtype " + format.name() + ": KIVI attention takes at most 8 query heads "
+                                          "per KV head, this model has " +
+                                          std::to_string(config_.num_attention_heads / config_.num_key_value_heads));
+  }
   // One spare block per 16 sequences' worth of rounding is left to the caller:
   // max_tokens counts positions, blocks are rounded up per sequence.
   KvCache cache(s, format, block_size, std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size));
@@ -175,6 +181,13 @@ class KvAmax : public LinearObserver {
 
 void Model::calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const {
   if (!cache.needs_calibration()) return;
+  const std::vector<std::pair<float, float>> amax = kv_amax(samples, pool);
+  for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
+    cache.set_nvfp4_amax(li, amax[static_cast<size_t>(li)].first, amax[static_cast<size_t>(li)].second);
+}
+
+std::vector<std::pair<float, float>> Model::kv_amax(const std::vector<std::vector<int32_t>>& samples,
+                                                    ThreadPool& pool) const {
   KvAmax obs(config_.num_hidden_layers);
   for (const auto& tokens : samples) {
     KvCache f16 = make_cache(KvDType::F16, static_cast<int64_t>(tokens.size()));
@@ -184,8 +197,7 @@ void Model::calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>
     std::vector<float> logits;
     forward(b, f16, logits, pool, &obs);
   }
-  for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
-    cache.set_nvfp4_amax(li, obs.amax[static_cast<size_t>(li)].first, obs.amax[static_cast<size_t>(li)].second);
+  return obs.amax;
 }
 
 void Model::rope(const Batch& b, float* x, int64_t heads) const {

@@ -183,6 +183,8 @@ class Model {
   // of its keys and values over the samples, run with an f16 cache (Model
   // Optimizer's "max" calibration). No-op for the other formats.
   void calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const;
+  // The calibration itself: per layer, max |K| and max |V| over the samples.
+  std::vector<std::pair<float, float>> kv_amax(const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const;
 
   // Runs the batch, appending its K/V to `cache`; `logits` receives
   // [tokens with want_logits, vocab] floats in batch order.
