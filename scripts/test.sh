@@ -20,11 +20,12 @@ env -u QF_SIMD ctest --test-dir build --output-on-failure -j "$jobs"
 # The extra passes leave out what runs once above: the end-to-end CLI tests,
 # the tests that iterate over the SIMD levels themselves, and the long
 # end-to-end ones (quantizing, calibrating or evaluating the fixture over many
-# windows, the stories260K goldens, the Python module's pytest suite and
-# notebook), which take minutes at the scalar level.
+# windows, the stories260K goldens, the fused-scale exports quantized and
+# loaded as vLLM does, the Python module's pytest suite and notebook), which
+# take minutes at the scalar level.
 # What is left (about 400 tests) takes under a minute per pass on 2 cores.
 skip='^cli\.|^python\.'
-skip+='|^Quantize\.|^Schemes\.|^Smoothing\.(Awq|SmoothQuant)'
+skip+='|^Quantize\.|^Schemes\.|^Smoothing\.(Awq|SmoothQuant)|^FusedScales\.'
 skip+='|^FixtureGguf\.(KlDivergenceGrowsAsBitsShrink|ImatrixImprovesLowBitPresets)'
 skip+='|^Fixture\.LogitsAtEverySimdLevelWithinReferenceBound|^Models/TrainedFixture\.PerplexityMatchesTrainingReport'
 skip+='|^Stories\.|^HfToGguf\.Stories260K'
