@@ -15,6 +15,7 @@
 #include "quantizers/nvfp4.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kv_key_dot.h"
+#include "runtime/cpu/kv_value_sum.h"
 
 namespace qf::rt {
 
@@ -394,6 +395,7 @@ void KvKeyDot::scores(const uint8_t* keys, int64_t n, size_t stride, float* out,
       for (int j = 0; j < nq_; ++j) out[j * os + p] = dot(hd_, keys + static_cast<size_t>(p) * stride, qa_.data() + qa_row_ * j);
     return;
   }
+  if (t_ == KvDType::NVFP4 && kv_nvfp4_scores(keys, stride, n, hd_, param_, q_, nq_, out, os)) return;
   if (t_ == KvDType::F16 && stride == static_cast<size_t>(hd_) * 2) {
     for (int j = 0; j < nq_; ++j) dot_rows_f16(q_ + j * hd_, reinterpret_cast<const uint16_t*>(keys), hd_, n, out + j * os);
     return;

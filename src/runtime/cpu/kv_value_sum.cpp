@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/f8_e4m3.h"
 #include "core/simd.h"
 #include "quantizers/kquants.h"
 #include "runtime/cpu/kernels.h"
@@ -155,7 +156,72 @@ __attribute__((target("avx2,fma,f16c"))) void f16_avx2(const uint8_t* v, size_t 
   }
 }
 
+// 32 NVFP4 values (16 code bytes, element 2i in the low nibble; two e4m3
+// block scales) as four vectors: e2m1 doubled as bytes, then times half the
+// block's scale over the global one, the same floats as kv_decode (scaling by
+// 2 and by 1/2 is exact).
+__attribute__((target("avx2,fma"))) inline void nvfp4_32(const uint8_t* codes, const uint8_t* scales, float g,
+                                                         __m256* x) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)), m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i e0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));  // elements 0..15
+  const __m128i e1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));  // 16..31
+  const __m256 s0 = _mm256_set1_ps(0.5f * (hd::f8e4m3_to_f32(scales[0]) / g));
+  const __m256 s1 = _mm256_set1_ps(0.5f * (hd::f8e4m3_to_f32(scales[1]) / g));
+  x[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0)), s0);
+  x[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8))), s0);
+  x[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1)), s1);
+  x[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8))), s1);
+}
+
+__attribute__((target("avx2,fma"))) void nvfp4_values_avx2(const uint8_t* v, size_t stride, int64_t n, int64_t hd,
+                                                           float g, const float* w, int64_t ws, int nq, float* out) {
+  __m256 x[4];
+  for (int64_t p = 0; p < n; ++p) {
+    const uint8_t* row = v + static_cast<size_t>(p) * stride;
+    for (int64_t c = 0; c < hd / 32; ++c) {
+      nvfp4_32(row + c * 16, row + hd / 2 + c * 2, g, x);
+      for (int j = 0; j < nq; ++j) {
+        const __m256 wj = _mm256_set1_ps(w[j * ws + p]);
+        float* o = out + j * hd + c * 32;
+        for (int q = 0; q < 4; ++q) _mm256_storeu_ps(o + 8 * q, _mm256_fmadd_ps(wj, x[q], _mm256_loadu_ps(o + 8 * q)));
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void nvfp4_scores_avx2(const uint8_t* keys, size_t stride, int64_t n, int64_t hd,
+                                                           float g, const float* q, int nq, float* out, int64_t os) {
+  __m256 x[4];
+  for (int64_t p = 0; p < n; ++p) {
+    const uint8_t* row = keys + static_cast<size_t>(p) * stride;
+    __m256 acc[8];
+    for (int j = 0; j < nq; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < hd / 32; ++c) {
+      nvfp4_32(row + c * 16, row + hd / 2 + c * 2, g, x);
+      for (int j = 0; j < nq; ++j) {
+        const float* qj = q + j * hd + c * 32;
+        for (int k = 0; k < 4; ++k) acc[j] = _mm256_fmadd_ps(x[k], _mm256_loadu_ps(qj + 8 * k), acc[j]);
+      }
+    }
+    for (int j = 0; j < nq; ++j) {
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      out[j * os + p] = _mm_cvtss_f32(s);
+    }
+  }
+}
+
 }  // namespace
+
+bool kv_nvfp4_scores(const uint8_t* keys, size_t stride, int64_t n, int64_t hd, float g, const float* q, int nq,
+                     float* out, int64_t os) {
+  if (simd_level() == SimdLevel::Scalar || hd % 32 != 0 || nq > 8) return false;
+  nvfp4_scores_avx2(keys, stride, n, hd, g, q, nq, out, os);
+  return true;
+}
 
 void kv_value_sum(KvDType t, const uint8_t* v, size_t stride, int64_t n, int64_t hd, float param, const float* w,
                   int64_t ws, int nq, float* out) {
@@ -168,6 +234,7 @@ void kv_value_sum(KvDType t, const uint8_t* v, size_t stride, int64_t n, int64_t
       case KvDType::Q5_0: return blocks_avx2<BlockQ5_0>(v, stride, n, hd, w, ws, nq, out);
       case KvDType::Q5_1: return blocks_avx2<BlockQ5_1>(v, stride, n, hd, w, ws, nq, out);
       case KvDType::IQ4_NL: return blocks_avx2<BlockIQ4_NL>(v, stride, n, hd, w, ws, nq, out);
+      case KvDType::NVFP4: return nvfp4_values_avx2(v, stride, n, hd, param, w, ws, nq, out);
       default: break;
     }
   }
