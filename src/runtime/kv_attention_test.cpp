@@ -17,8 +17,8 @@
 namespace qf::rt {
 namespace {
 
-std::unique_ptr<Model> fixture() {
-  return load_model((test::source_dir() / "tests" / "data" / "fixture-llama").string());
+std::unique_ptr<Model> fixture(const char* name = "fixture-llama") {
+  return load_model((test::source_dir() / "tests" / "data" / name).string());
 }
 
 std::vector<int32_t> tokens(const Model& m, int64_t n) {
@@ -70,6 +70,11 @@ TEST(KvAttention, BatchEqualsTokenByTokenDecode) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(max_abs_diff(a, b), 0.0) << f.name();
   }
+  // The rotated cache on the mixture-of-experts fixture (4 query heads per KV head).
+  std::unique_ptr<Model> moe = fixture("fixture-mixtral");
+  const KvFormat rot = parse_kv_format("q4_0", "", "", "hadamard");
+  const auto toks = tokens(*moe, 80);
+  EXPECT_EQ(max_abs_diff(logits(*moe, rot, toks, true, pool), logits(*moe, rot, toks, false, pool)), 0.0);
 }
 
 // The other formats decode a batch's visible positions to f32 once (the
