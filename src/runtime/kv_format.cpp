@@ -91,7 +91,6 @@ std::string KvFormat::vllm_flag() const {
   if (!preset.empty()) return keep_f16_edge >= 0 ? "" : "--kv-cache-dtype " + preset;
   if (k == v && k == KvDType::F16) return "--kv-cache-dtype auto";
   if (k == v && k == KvDType::F8_E4M3) return "--kv-cache-dtype fp8";
-  if (k == v && k == KvDType::NVFP4) return "--kv-cache-dtype nvfp4";
   return "";
 }
 
