@@ -90,7 +90,8 @@ TEST(KvAttention, WidenedAndDirectReadsAgree) {
   rot.rotation = KvRotation::Hadamard;
   for (const KvFormat& f : {KvFormat(KvDType::NVFP4), KvFormat(KvDType::I8), KvFormat(KvDType::F8_E4M3),
                             KvFormat(KvDType::F16), parse_kv_format("turboquant_k3v4_nc", "", "", "none", 0),
-                            parse_kv_format("turboquant_k8v4", "", "", "none", 0), rot}) {
+                            parse_kv_format("turboquant_k8v4", "", "", "none", 0),
+                            parse_kv_format("turboquant_3bit_nc", "", "", "none", 0), rot}) {
     KvCache c({1, 2, hd}, f, 16, 16);
     c.set_nvfp4_amax(0, 4.f, 4.f);
     const int32_t seq = c.add_sequence();

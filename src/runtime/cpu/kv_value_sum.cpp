@@ -214,6 +214,31 @@ __attribute__((target("avx2,fma"))) void nvfp4_scores_avx2(const uint8_t* keys, 
   }
 }
 
+// TurboQuant's uniform values (4 or 3 bits, one f16 scale and minimum per
+// vector): the codes unpacked to bytes once, then code * scale + min in
+// registers, the decoder's floats.
+__attribute__((target("avx2,fma"))) void tq_values_avx2(const uint8_t* v, size_t stride, int64_t n, int64_t hd,
+                                                        int bits, const float* w, int64_t ws, int nq, float* out) {
+  alignas(32) uint8_t codes[512];
+  alignas(32) float x[512];
+  for (int64_t p = 0; p < n; ++p) {
+    const uint8_t* row = v + static_cast<size_t>(p) * stride;
+    unpack_kv_codes(row, hd, bits, codes);
+    uint16_t sz[2];
+    std::memcpy(sz, row + hd * bits / 8, 4);
+    const __m256 s = _mm256_set1_ps(f16_to_f32(sz[0])), z = _mm256_set1_ps(f16_to_f32(sz[1]));
+    for (int64_t i = 0; i < hd; i += 8) {
+      const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+      _mm256_store_ps(x + i, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), s), z));  // no FMA: the decoder rounds twice
+    }
+    for (int j = 0; j < nq; ++j) {
+      const __m256 wj = _mm256_set1_ps(w[j * ws + p]);
+      float* o = out + j * hd;
+      for (int64_t i = 0; i < hd; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wj, _mm256_load_ps(x + i), _mm256_loadu_ps(o + i)));
+    }
+  }
+}
+
 }  // namespace
 
 bool kv_nvfp4_scores(const uint8_t* keys, size_t stride, int64_t n, int64_t hd, float g, const float* q, int nq,
@@ -235,6 +260,8 @@ void kv_value_sum(KvDType t, const uint8_t* v, size_t stride, int64_t n, int64_t
       case KvDType::Q5_1: return blocks_avx2<BlockQ5_1>(v, stride, n, hd, w, ws, nq, out);
       case KvDType::IQ4_NL: return blocks_avx2<BlockIQ4_NL>(v, stride, n, hd, w, ws, nq, out);
       case KvDType::NVFP4: return nvfp4_values_avx2(v, stride, n, hd, param, w, ws, nq, out);
+      case KvDType::TQ_V4: return tq_values_avx2(v, stride, n, hd, 4, w, ws, nq, out);
+      case KvDType::TQ_V3: return tq_values_avx2(v, stride, n, hd, 3, w, ws, nq, out);
       default: break;
     }
   }
