@@ -23,7 +23,9 @@ KvSweepResult kv_sweep(const rt::Model& model, const std::vector<Span>& spans, c
     KvSweepRow row;
     row.format = formats[i];
     try {
-      model.make_cache(formats[i], 64);
+      const rt::KvCache c = model.make_cache(formats[i], 64);
+      row.bytes_per_token = c.bytes_per_token();
+      row.bytes_per_sequence = c.bytes_per_sequence();
     } catch (const Error& e) {  // a format this model cannot hold is reported, not measured
       if (e.kind() != ErrorKind::Usage && e.kind() != ErrorKind::Unsupported) throw;
       r.skipped.push_back({formats[i].name(), e.what()});
@@ -36,11 +38,6 @@ KvSweepResult kv_sweep(const rt::Model& model, const std::vector<Span>& spans, c
     row.eval = evaluate(model, &model, spans, p, pool);
     const std::vector<std::string> bad = measurement_problems(row.eval);
     for (const std::string& b : bad) r.problems.push_back(formats[i].name() + ": " + b);
-    {
-      rt::KvCache c = model.make_cache(formats[i], 64);
-      row.bytes_per_token = c.bytes_per_token();
-      row.bytes_per_sequence = c.bytes_per_sequence();
-    }
     row.tokens_per_gib = 1024.0 * 1024.0 * 1024.0 / static_cast<double>(row.bytes_per_token);
     if (o.decode_tokens > 0 && ctx > o.decode_tokens) {
       BenchOptions b;

@@ -131,9 +131,7 @@ double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   rt::KvCache cache = m.make_cache(kv, static_cast<int64_t>(s.tokens.size()));
-  if (cache.needs_calibration())
-    for (int64_t li = 0; li < static_cast<int64_t>(calib.size()); ++li)
-      cache.set_nvfp4_amax(li, calib[static_cast<size_t>(li)].first, calib[static_cast<size_t>(li)].second);
+  if (cache.needs_calibration()) cache.set_nvfp4_amax(calib);
   *kv_bytes_per_token = cache.bytes_per_token();
   const int32_t seq = cache.add_sequence();
   rt::Batch b;

@@ -152,12 +152,6 @@ int KvCache::rot_block(int64_t layer, int which) const {
   return quantized(t) ? rotation_block(shape_.head_dim, which == 0) : 0;
 }
 
-bool KvCache::f16_copy(int64_t layer, int which, int64_t pos, int64_t query_pos) const {
-  const KvDType t = which == 0 ? k_type(layer) : v_type(layer);
-  if (t != KvDType::KIVI2 && t != KvDType::KIVI4) return false;
-  return which == 0 ? pos >= query_pos / kKiviResidual * kKiviResidual : pos >= query_pos - kKiviResidual;
-}
-
 const uint16_t* KvCache::residual(int which, const Sequence& s, int64_t layer, int64_t pos, int64_t head) const {
   const std::vector<uint16_t>& res = which == 0 ? s.k_res : s.v_res;
   const int64_t base = which == 0 ? s.k_base : s.v_base;
@@ -177,8 +171,7 @@ void KvCache::store(int64_t layer, int32_t seq, int64_t pos, const float* k, con
     const float* src = which == 0 ? k : v;
     const KvDType t = which == 0 ? k_type(layer) : v_type(layer);
     const int rb = rot_block(layer, which);
-    const bool kivi = t == KvDType::KIVI2 || t == KvDType::KIVI4;
-    if (kivi) {  // the f16 copy every KIVI position starts as
+    if (kv_is_kivi(t)) {  // the f16 copy every KIVI position starts as
       std::vector<uint16_t>& res = which == 0 ? s.k_res : s.v_res;
       int64_t& base = which == 0 ? s.k_base : s.v_base;
       const int64_t row = shape_.n_layers * H * hd;
@@ -197,7 +190,7 @@ void KvCache::store(int64_t layer, int32_t seq, int64_t pos, const float* k, con
   }
   s.length = std::max(s.length, pos + 1);
   const KvDType kt = k_type(layer);
-  if ((kt == KvDType::KIVI2 || kt == KvDType::KIVI4) && (pos + 1) % kKiviGroup == 0)
+  if (kv_is_kivi(kt) && (pos + 1) % kKiviGroup == 0)
     kivi_encode_group(layer, seq, pos + 1 - kKiviGroup);
 }
 
@@ -206,7 +199,7 @@ void KvCache::store(int64_t layer, int32_t seq, int64_t pos, const float* k, con
 void KvCache::kivi_encode_group(int64_t layer, int32_t seq, int64_t g0) {
   const Sequence& s = seqs_[static_cast<size_t>(seq)];
   const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, per = hd / kKiviGroup;
-  const int bits = k_type(layer) == KvDType::KIVI2 ? 2 : 4;
+  const int bits = kivi_bits(k_type(layer));
   std::vector<float> x(static_cast<size_t>(kKiviGroup * hd));
   std::vector<uint8_t> q(static_cast<size_t>(kKiviGroup * hd));
   for (int64_t h = 0; h < H; ++h) {
@@ -229,27 +222,33 @@ void KvCache::kivi_encode_group(int64_t layer, int32_t seq, int64_t g0) {
   }
 }
 
+// A KIVI key group's per-channel scale and minimum: position r of the group
+// holds channels [r, r + 1) * head_dim / 32 (kivi_encode_group).
+void KvCache::kivi_key_stats(int64_t layer, int32_t seq, int64_t g0, int64_t head, float* scale, float* min) const {
+  const int64_t hd = shape_.head_dim, per = hd / kKiviGroup;
+  const int bits = kivi_bits(k_type(layer));
+  for (int64_t r = 0; r < kKiviGroup; ++r) {
+    const uint16_t* st = reinterpret_cast<const uint16_t*>(vec(layer, 0, seq, g0 + r, head) + hd * bits / 8);
+    for (int64_t c = 0; c < per; ++c) scale[r * per + c] = f16_to_f32(st[2 * c]), min[r * per + c] = f16_to_f32(st[2 * c + 1]);
+  }
+}
+
 void KvCache::decode(int64_t layer, int which, int32_t seq, int64_t pos, int64_t head, int64_t query_pos,
                      float* out) const {
   const Sequence& s = seqs_[static_cast<size_t>(seq)];
   const int64_t hd = shape_.head_dim;
   const KvDType t = which == 0 ? k_type(layer) : v_type(layer);
   if (query_pos < 0) query_pos = s.length - 1;
-  if (f16_copy(layer, which, pos, query_pos)) {
+  if (pos >= f16_from(layer, which, query_pos)) {
     row_to_f32(DType::F16, residual(which, s, layer, pos, head), out, hd);
     return;
   }
-  if (which == 0 && (t == KvDType::KIVI2 || t == KvDType::KIVI4)) {
-    const int bits = t == KvDType::KIVI2 ? 2 : 4;
-    const int64_t per = hd / kKiviGroup, g0 = pos / kKiviGroup * kKiviGroup;
-    const uint8_t* own = vec(layer, 0, seq, pos, head);
-    for (int64_t r = 0; r < kKiviGroup; ++r) {
-      const uint16_t* st = reinterpret_cast<const uint16_t*>(vec(layer, 0, seq, g0 + r, head) + hd * bits / 8);
-      for (int64_t c = 0; c < per; ++c) {
-        const int64_t d = r * per + c;
-        out[d] = static_cast<float>(kv_code_at(own, d, bits)) * f16_to_f32(st[2 * c]) + f16_to_f32(st[2 * c + 1]);
-      }
-    }
+  if (which == 0 && kv_is_kivi(t)) {
+    float scale[512], min[512];
+    uint8_t codes[512];
+    kivi_key_stats(layer, seq, pos / kKiviGroup * kKiviGroup, head, scale, min);
+    unpack_kv_codes(vec(layer, 0, seq, pos, head), hd, kivi_bits(t), codes);
+    for (int64_t d = 0; d < hd; ++d) out[d] = static_cast<float>(codes[d]) * scale[d] + min[d];
     return;
   }
   kv_decode(t, vec(layer, which, seq, pos, head), hd, param(layer, which, head), out);
@@ -290,7 +289,7 @@ void KvCache::load_v_cols(int64_t layer, int32_t seq, int64_t head, int64_t p0, 
 
 int64_t KvCache::f16_from(int64_t layer, int which, int64_t query_pos) const {
   const KvDType t = which == 0 ? k_type(layer) : v_type(layer);
-  if (t != KvDType::KIVI2 && t != KvDType::KIVI4) return INT64_MAX;
+  if (!kv_is_kivi(t)) return INT64_MAX;
   return which == 0 ? query_pos / kKiviResidual * kKiviResidual : query_pos - kKiviResidual;
 }
 
@@ -298,7 +297,7 @@ void KvCache::key_scores(int64_t layer, int32_t seq, int64_t head, int64_t p0, i
                          int64_t query_pos, float* scores) const {
   const KvDType t = k_type(layer);
   const int64_t hd = shape_.head_dim, n = p1 - p0;
-  if (t == KvDType::KIVI2 || t == KvDType::KIVI4) {
+  if (kv_is_kivi(t)) {
     kivi_key_scores(layer, seq, head, p0, p1, q, nq, query_pos, scores);
     return;
   }
@@ -315,8 +314,8 @@ void KvCache::key_scores(int64_t layer, int32_t seq, int64_t head, int64_t p0, i
 // sum_c q_c * min_c once, then per token the dot of those with its codes.
 void KvCache::kivi_key_scores(int64_t layer, int32_t seq, int64_t head, int64_t p0, int64_t p1, const float* q, int nq,
                               int64_t query_pos, float* scores) const {
-  const int64_t hd = shape_.head_dim, n = p1 - p0, per = hd / kKiviGroup;
-  const int bits = k_type(layer) == KvDType::KIVI2 ? 2 : 4;
+  const int64_t hd = shape_.head_dim, n = p1 - p0;
+  const int bits = kivi_bits(k_type(layer));
   const Sequence& s = seqs_[static_cast<size_t>(seq)];
   const int64_t fk = f16_from(layer, 0, query_pos);
   float qs[8 * 512], k[512];
@@ -331,16 +330,13 @@ void KvCache::kivi_key_scores(int64_t layer, int32_t seq, int64_t head, int64_t 
     }
     if (p / kKiviGroup != group) {
       group = p / kKiviGroup;
-      for (int j = 0; j < nq; ++j) bias[j] = 0.f;
-      for (int64_t r = 0; r < kKiviGroup; ++r) {
-        const uint16_t* st = reinterpret_cast<const uint16_t*>(vec(layer, 0, seq, group * kKiviGroup + r, head) + hd * bits / 8);
-        for (int64_t c = 0; c < per; ++c) {
-          const int64_t d = r * per + c;
-          const float sc = f16_to_f32(st[2 * c]), mn = f16_to_f32(st[2 * c + 1]);
-          for (int j = 0; j < nq; ++j) {
-            qs[j * hd + d] = q[j * hd + d] * sc;
-            bias[j] += q[j * hd + d] * mn;
-          }
+      float scale[512], min[512];
+      kivi_key_stats(layer, seq, group * kKiviGroup, head, scale, min);
+      for (int j = 0; j < nq; ++j) {
+        bias[j] = 0.f;
+        for (int64_t d = 0; d < hd; ++d) {
+          qs[j * hd + d] = q[j * hd + d] * scale[d];
+          bias[j] += q[j * hd + d] * min[d];
         }
       }
     }
@@ -405,6 +401,13 @@ void KvCache::set_nvfp4_amax(int64_t layer, float k_amax, float v_amax) {
     for (size_t i = 0; i < h; ++i) params_[static_cast<size_t>(layer * 2 + which) * h + i] = g;
   }
   calibrated_[static_cast<size_t>(layer)] = 1;
+}
+
+void KvCache::set_nvfp4_amax(const std::vector<std::pair<float, float>>& per_layer) {
+  if (static_cast<int64_t>(per_layer.size()) != shape_.n_layers)
+    throw Error(ErrorKind::Internal, "KvCache: NVFP4 calibration for " + std::to_string(per_layer.size()) + " layers");
+  for (int64_t li = 0; li < shape_.n_layers; ++li)
+    set_nvfp4_amax(li, per_layer[static_cast<size_t>(li)].first, per_layer[static_cast<size_t>(li)].second);
 }
 
 bool KvCache::needs_calibration() const {

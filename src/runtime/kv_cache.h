@@ -102,6 +102,8 @@ class KvCache {
   // NVFP4 only: the per-tensor global scales of one layer from the absolute
   // maxima of its keys and values (Model Optimizer's amax / (6 * 448)).
   void set_nvfp4_amax(int64_t layer, float k_amax, float v_amax);
+  // Every layer's, from Model::kv_amax's (max |K|, max |V|) per layer.
+  void set_nvfp4_amax(const std::vector<std::pair<float, float>>& per_layer);
   bool needs_calibration() const;  // an NVFP4 side without its global scales yet
 
   uint64_t bytes_per_token() const;  // K + V of every layer, scales included
@@ -127,9 +129,9 @@ class KvCache {
     return params_[static_cast<size_t>((layer * 2 + which) * shape_.n_kv_heads + head)];
   }
   int rot_block(int64_t layer, int which) const;  // 0: not rotated
-  bool f16_copy(int64_t layer, int which, int64_t pos, int64_t query_pos) const;
   const uint16_t* residual(int which, const Sequence& s, int64_t layer, int64_t pos, int64_t head) const;
   void kivi_encode_group(int64_t layer, int32_t seq, int64_t g0);
+  void kivi_key_stats(int64_t layer, int32_t seq, int64_t g0, int64_t head, float* scale, float* min) const;
   void kivi_key_scores(int64_t layer, int32_t seq, int64_t head, int64_t p0, int64_t p1, const float* q, int nq,
                        int64_t query_pos, float* scores) const;
   void decode(int64_t layer, int which, int32_t seq, int64_t pos, int64_t head, int64_t query_pos, float* out) const;

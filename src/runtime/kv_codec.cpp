@@ -54,7 +54,7 @@ void pack_codes(const uint8_t* q, int64_t n, int b, uint8_t* dst) {
   }
 }
 
-// All n codes at once (the decoders' fast form of code_at).
+// All n codes of a pack_codes stream.
 void unpack_codes(const uint8_t* src, int64_t n, int b, uint8_t* q) {
   if (b == 4) {
     for (int64_t i = 0; i < n / 2; ++i) q[2 * i] = src[i] & 0xF, q[2 * i + 1] = src[i] >> 4;
@@ -69,14 +69,7 @@ void unpack_codes(const uint8_t* src, int64_t n, int b, uint8_t* q) {
   }
 }
 
-int code_at(const uint8_t* src, int64_t i, int b) {
-  const int64_t bit = i * b;
-  uint32_t v = src[bit / 8];
-  if ((bit % 8) + b > 8) v |= static_cast<uint32_t>(src[bit / 8 + 1]) << 8;
-  return static_cast<int>((v >> (bit % 8)) & ((1u << b) - 1));
-}
-
-// vLLM's value quantizer (and, per 32 channels, KIVI's): min and
+// vLLM's value quantizer: min and
 // (max - min) / (2^b - 1) in f32, the scale at least 1e-8, codes
 // trunc((x - min) / scale + 0.5) clamped; scale and min stored as f16.
 void uniform_encode(const float* x, int64_t n, int b, uint8_t* codes, uint16_t* scale, uint16_t* zero) {
@@ -197,7 +190,6 @@ void check_head(int64_t hd) {
 
 void pack_kv_codes(const uint8_t* q, int64_t n, int bits, uint8_t* dst) { pack_codes(q, n, bits, dst); }
 void unpack_kv_codes(const uint8_t* src, int64_t n, int bits, uint8_t* q) { unpack_codes(src, n, bits, q); }
-int kv_code_at(const uint8_t* src, int64_t i, int bits) { return code_at(src, i, bits); }
 
 void kivi_quantize(const float* x, int64_t stride, int64_t n, int bits, uint8_t* codes, uint16_t* scale,
                    uint16_t* min) {
@@ -228,8 +220,6 @@ void hadamard_inplace(float* x, int64_t n) {
 
 const std::vector<float>& turboquant_centroids(int64_t d, int bits) { return tq_tables(d, bits).centroids; }
 const std::vector<float>& turboquant_midpoints(int64_t d, int bits) { return tq_tables(d, bits).midpoints; }
-
-bool kv_grouped_key(KvDType t) { return t == KvDType::KIVI2 || t == KvDType::KIVI4; }
 
 bool kv_type_rotates(KvDType t) { return t == KvDType::TQ_K4_NC || t == KvDType::TQ_K3_NC; }
 
@@ -352,7 +342,7 @@ void kv_decode(KvDType t, const uint8_t* src, int64_t hd, float param, float* ou
     }
     case KvDType::KIVI2: case KvDType::KIVI4: case KvDType::TQ_V4: case KvDType::TQ_V3: {
       const int b = uniform_bits(t);
-      const int64_t group = t == KvDType::KIVI2 || t == KvDType::KIVI4 ? kKiviGroup : hd;
+      const int64_t group = kv_is_kivi(t) ? kKiviGroup : hd;
       const uint16_t* sz = reinterpret_cast<const uint16_t*>(src + hd * b / 8);
       uint8_t q[512];
       unpack_codes(src, hd, b, q);

@@ -1,6 +1,6 @@
 // One head vector of the KV cache (head_dim values) <-> its stored bytes, for
 // every per-vector element type of kv_format.h (KIVI's keys, grouped over 32
-// tokens, are kv_kivi.h's), and the two products attention needs, computed
+// tokens, are the cache's: kv_cache.cpp), and the two products attention needs, computed
 // from the stored bytes: a key's dot product with a query and a value's
 // weighted accumulation into an output.
 //
@@ -34,10 +34,6 @@ namespace qf::rt {
 // Bytes one head vector takes (KIVI keys: the per-token share of a 32-token
 // group: codes plus 1/32 of the group's per-channel scale and minimum).
 size_t kv_vector_bytes(KvDType t, int64_t head_dim);
-
-// True for the types whose quantized form needs a group of positions (KIVI
-// keys); encode/decode below refuse them.
-bool kv_grouped_key(KvDType t);
 
 // Encodes x[head_dim] (in the cache's basis: rotated where the type rotates,
 // see kv_rotate_in) into dst[kv_vector_bytes]; `param` is f8's scale or
@@ -83,9 +79,9 @@ KvDecodeFn kv_decoder(KvDType t);
 // computed, codes round-half-even(clamp((x - min) / scale)), all 0 for a
 // constant group (where KIVI's division by zero would give NaN).
 void kivi_quantize(const float* x, int64_t stride, int64_t n, int bits, uint8_t* codes, uint16_t* scale, uint16_t* min);
-// bits-wide codes packed little-endian (element i at bit bits * i), and one back.
+// bits-wide codes packed little-endian (element i at bit bits * i), and all
+// of them back.
 void pack_kv_codes(const uint8_t* q, int64_t n, int bits, uint8_t* dst);
-int kv_code_at(const uint8_t* src, int64_t i, int bits);
 void unpack_kv_codes(const uint8_t* src, int64_t n, int bits, uint8_t* q);
 
 // The TurboQuant Lloyd-Max centroids for N(0, 1/d) at `bits` (vLLM's solver:

@@ -37,11 +37,6 @@ constexpr int64_t kTurboQuantEdge = 2;
 
 const char* kUserTypes = "f16, f8, int8, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, nvfp4, kivi2, kivi4";
 
-bool is_ggml(KvDType t) {
-  return t == KvDType::Q8_0 || t == KvDType::Q4_0 || t == KvDType::Q4_1 || t == KvDType::Q5_0 ||
-         t == KvDType::Q5_1 || t == KvDType::IQ4_NL;
-}
-
 }  // namespace
 
 const char* kv_dtype_name(KvDType t) {
@@ -72,9 +67,7 @@ KvDType KvFormat::k_at(int64_t layer, int64_t n_layers) const { return edge_laye
 
 KvDType KvFormat::v_at(int64_t layer, int64_t n_layers) const { return edge_layer(keep_f16_edge, layer, n_layers) ? KvDType::F16 : v; }
 
-bool KvFormat::has_kivi() const {
-  return k == KvDType::KIVI2 || k == KvDType::KIVI4 || v == KvDType::KIVI2 || v == KvDType::KIVI4;
-}
+bool KvFormat::has_kivi() const { return kv_is_kivi(k) || kv_is_kivi(v); }
 
 std::string KvFormat::name() const {
   std::string s = !preset.empty() ? preset
@@ -95,7 +88,7 @@ std::string KvFormat::vllm_flag() const {
 }
 
 std::string KvFormat::llama_cpp_flags(int64_t head_dim) const {
-  auto ok = [](KvDType t) { return t == KvDType::F16 || is_ggml(t); };
+  auto ok = [](KvDType t) { return t == KvDType::F16 || kv_is_block(t); };
   if (!preset.empty() || !ok(k) || !ok(v)) return "";
   if (rotation == KvRotation::Hadamard && head_dim % 64 != 0) return "";  // llama.cpp leaves such heads unrotated
   std::string s = std::string("-ctk ") + kv_dtype_name(k) + " -ctv " + kv_dtype_name(v);
@@ -133,7 +126,7 @@ KvFormat parse_kv_format(const std::string& both, const std::string& k, const st
   if (rotation == "hadamard") {
     if (preset) throw Error(ErrorKind::Usage, "--kv-rotation: the TurboQuant presets rotate their keys themselves");
     for (KvDType t : {f.k, f.v})
-      if (t != KvDType::F16 && !is_ggml(t))
+      if (t != KvDType::F16 && !kv_is_block(t))
         throw Error(ErrorKind::Usage, std::string("--kv-rotation hadamard is llama.cpp's, for its block types (q8_0, "
                                                   "q4_0, q4_1, q5_0, q5_1, iq4_nl); not for ") + kv_dtype_name(t));
     if (f.k == KvDType::F16 && f.v == KvDType::F16)
@@ -177,7 +170,7 @@ std::vector<KvFormat> kv_sweep_formats(int64_t n_layers) {
   for (KvDType t : {KvDType::F16, KvDType::F8_E4M3, KvDType::I8, KvDType::Q8_0, KvDType::Q5_1, KvDType::Q5_0,
                     KvDType::Q4_1, KvDType::Q4_0, KvDType::IQ4_NL}) {
     out.emplace_back(t);
-    if (is_ggml(t) && t != KvDType::Q8_0) {
+    if (kv_is_block(t) && t != KvDType::Q8_0) {
       KvFormat r(t);
       r.rotation = KvRotation::Hadamard;
       out.push_back(r);
@@ -198,7 +191,7 @@ std::vector<KvFormat> kv_sweep_formats(int64_t n_layers) {
 
 std::string kv_dtype_fits(KvDType t, int64_t head_dim) {
   int64_t need = 1;
-  if (is_ggml(t) || t == KvDType::KIVI2 || t == KvDType::KIVI4) need = 32;
+  if (kv_is_block(t) || kv_is_kivi(t)) need = 32;
   else if (t == KvDType::NVFP4) need = 16;
   else if (t == KvDType::TQ_K3_NC || t == KvDType::TQ_K4_NC || t == KvDType::TQ_V3 || t == KvDType::TQ_V4) need = 8;
   if (head_dim % need != 0)

@@ -43,6 +43,14 @@ const char* kv_dtype_name(KvDType t);           // "f16", "q4_0", "kivi2", "tq_k
 // (the TurboQuant types are reached through their presets only).
 KvDType parse_kv_dtype(const std::string& s);
 
+// llama.cpp's block types (q8_0 ... iq4_nl); KIVI's two types.
+inline bool kv_is_block(KvDType t) {
+  return t == KvDType::Q8_0 || t == KvDType::Q4_0 || t == KvDType::Q4_1 || t == KvDType::Q5_0 || t == KvDType::Q5_1 ||
+         t == KvDType::IQ4_NL;
+}
+inline bool kv_is_kivi(KvDType t) { return t == KvDType::KIVI2 || t == KvDType::KIVI4; }
+inline int kivi_bits(KvDType t) { return t == KvDType::KIVI2 ? 2 : 4; }
+
 enum class KvRotation { None, Hadamard };
 
 // Positions KIVI keeps in f16: up to this many newest (kivi.md: R = 128).
@@ -67,7 +75,6 @@ struct KvFormat {
 
   KvDType k_at(int64_t layer, int64_t n_layers) const;
   KvDType v_at(int64_t layer, int64_t n_layers) const;
-  bool is_f16() const { return k == KvDType::F16 && v == KvDType::F16; }
   bool has_kivi() const;
   // "q4_0", "k=q8_0,v=q4_0", "turboquant_k3v4_nc", with "+hadamard" when
   // rotated and "+edgeN" when a preset's edge layers are set by hand.

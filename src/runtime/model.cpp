@@ -181,9 +181,7 @@ class KvAmax : public LinearObserver {
 
 void Model::calibrate_kv(KvCache& cache, const std::vector<std::vector<int32_t>>& samples, ThreadPool& pool) const {
   if (!cache.needs_calibration()) return;
-  const std::vector<std::pair<float, float>> amax = kv_amax(samples, pool);
-  for (int64_t li = 0; li < config_.num_hidden_layers; ++li)
-    cache.set_nvfp4_amax(li, amax[static_cast<size_t>(li)].first, amax[static_cast<size_t>(li)].second);
+  cache.set_nvfp4_amax(kv_amax(samples, pool));
 }
 
 std::vector<std::pair<float, float>> Model::kv_amax(const std::vector<std::vector<int32_t>>& samples,
@@ -279,10 +277,8 @@ void Model::attention(int64_t layer, const Batch& b, const float* q, const KvCac
   // depend on how the batch is cut (the thread count, the tokens whose
   // logits are wanted).
   const KvDType kt = cache.k_type(layer);
-  const bool kivi = kt == KvDType::KIVI2 || kt == KvDType::KIVI4 || cache.v_type(layer) == KvDType::KIVI2 ||
-                    cache.v_type(layer) == KvDType::KIVI4;
-  const bool blocks = kt == KvDType::Q8_0 || kt == KvDType::Q4_0 || kt == KvDType::Q4_1 || kt == KvDType::Q5_0 ||
-                      kt == KvDType::Q5_1 || kt == KvDType::IQ4_NL;
+  const bool kivi = kv_is_kivi(kt) || kv_is_kivi(cache.v_type(layer));
+  const bool blocks = kv_is_block(kt);
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](const Chunk& c) {
     thread_local std::vector<float> K, Vt, Q, S;
     for (int64_t ii = c.begin; ii < c.end; ++ii) {

@@ -17,7 +17,8 @@ namespace {
 
 using namespace qf::kquants;
 
-// One 32-value block as signed 8-bit codes c[i] with x = d * c + m.
+// One 32-value block as signed 8-bit codes c[i] with x = d * c + m (the
+// 5-bit types; the others go to registers directly, simd_codes below).
 struct Codes {
   alignas(32) int8_t c[32];
   float d, m;
@@ -25,27 +26,6 @@ struct Codes {
 
 template <class B>
 void unpack(const uint8_t* src, Codes& k);
-
-template <>
-void unpack<BlockQ8_0>(const uint8_t* src, Codes& k) {
-  const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
-  std::memcpy(k.c, b->qs, 32);
-  k.d = f16_to_f32(b->d), k.m = 0.f;
-}
-
-template <>
-void unpack<BlockQ4_0>(const uint8_t* src, Codes& k) {
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
-  for (int j = 0; j < 16; ++j) k.c[j] = static_cast<int8_t>((b->qs[j] & 0x0F) - 8), k.c[j + 16] = static_cast<int8_t>((b->qs[j] >> 4) - 8);
-  k.d = f16_to_f32(b->d), k.m = 0.f;
-}
-
-template <>
-void unpack<BlockQ4_1>(const uint8_t* src, Codes& k) {
-  const auto* b = reinterpret_cast<const BlockQ4_1*>(src);
-  for (int j = 0; j < 16; ++j) k.c[j] = static_cast<int8_t>(b->qs[j] & 0x0F), k.c[j + 16] = static_cast<int8_t>(b->qs[j] >> 4);
-  k.d = f16_to_f32(b->d), k.m = f16_to_f32(b->m);
-}
 
 template <>
 void unpack<BlockQ5_0>(const uint8_t* src, Codes& k) {
@@ -63,14 +43,6 @@ void unpack<BlockQ5_1>(const uint8_t* src, Codes& k) {
   for (int j = 0; j < 16; ++j)
     k.c[j] = static_cast<int8_t>(q5_lo(b->qs, qh, j)), k.c[j + 16] = static_cast<int8_t>(q5_hi(b->qs, qh, j));
   k.d = f16_to_f32(b->d), k.m = f16_to_f32(b->m);
-}
-
-template <>
-void unpack<BlockIQ4_NL>(const uint8_t* src, Codes& k) {
-  const auto* b = reinterpret_cast<const BlockIQ4_NL*>(src);
-  for (int j = 0; j < 16; ++j)
-    k.c[j] = static_cast<int8_t>(iq4nl_value(b->qs[j] & 0x0F)), k.c[j + 16] = static_cast<int8_t>(iq4nl_value(b->qs[j] >> 4));
-  k.d = f16_to_f32(b->d), k.m = 0.f;
 }
 
 // The codes of the 4-bit and 8-bit blocks straight into a vector.
@@ -124,10 +96,9 @@ __attribute__((target("avx2,fma,f16c"))) void blocks_avx2(const uint8_t* v, size
     const uint8_t* row = v + static_cast<size_t>(p) * stride;
     for (int64_t bi = 0; bi < nb; ++bi) {
       const __m256i c = simd_codes<B>(row + static_cast<size_t>(bi) * sizeof(B), k);
-      const bool is_unsigned = sizeof(B) == sizeof(BlockQ4_1) || sizeof(B) == sizeof(BlockQ5_1);
       const __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
       const __m256 d = _mm256_set1_ps(k.d), m = _mm256_set1_ps(k.m);
-      (void)is_unsigned;  // 4- and 5-bit unsigned codes fit in a signed byte
+      // (q4_1's and q5_1's unsigned codes, at most 31, fit in a signed byte)
       __m256 x[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)),
                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))),
                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)),
