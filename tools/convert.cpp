@@ -1,7 +1,11 @@
 // quantforge convert INPUT --to hf --tokenizer FILE -o OUT      (llama2.c checkpoint -> Hugging Face folder)
 // quantforge convert MODEL --to gguf --type TYPE [--imatrix F] [--output-tensor-type T]
 //                   [--token-embedding-type T] -o OUT.gguf   (Hugging Face -> GGUF)
+// quantforge convert MODEL --to gguf (--target-bpw B | --target-size S) --calib TEXT [--imatrix F]
+//                   [--types LIST] [--dry-run] [--json F] -o OUT.gguf   (mixed precision to a size budget)
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "flags.h"
@@ -11,6 +15,8 @@
 #include "convert/hf_to_gguf.h"
 #include "formats/hf/resolve.h"
 #include "formats/llama2c/llama2c_model.h"
+#include "calibration/activation_store.h"
+#include "mixed/gguf_search.h"
 
 namespace qf::cli {
 namespace {
@@ -21,7 +27,57 @@ struct ConvertOpts {
   bool force = false, allow_nonfinite = false;
   // Whether the type flags were given at all: an empty value is an error, not "no override".
   bool output_type_given = false, token_embd_type_given = false;
+  // Mixed precision to a size budget.
+  std::optional<double> target_bpw;
+  std::string target_size, types, calib, json, sensitivity;
+  int64_t probe_spans = 4, max_probes = 64;
+  bool dry_run = false, type_given = false;
 };
+
+bool budget_given(const ConvertOpts& o) { return o.target_bpw || !o.target_size.empty(); }
+bool budget_flags(const ConvertOpts& o) {
+  return budget_given(o) || !o.types.empty() || !o.calib.empty() || o.dry_run || !o.json.empty() || !o.sensitivity.empty();
+}
+
+// The allocation for a size budget: printed (--dry-run) and written as JSON
+// next to the output (or to --json).
+mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path& dir, ThreadPool& pool) {
+  if (o.type_given) throw Error(ErrorKind::Usage, "--type and a size budget (--target-bpw / --target-size) exclude each other");
+  if (o.output_type_given || o.token_embd_type_given)
+    throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type do not combine with a size budget (restrict --types instead)");
+  mixed::GgufMixOptions m;
+  m.target_bpw = o.target_bpw;
+  if (!o.target_size.empty()) m.target_bytes = parse_memory_size(o.target_size, "--target-size");
+  if (!o.types.empty()) m.types = mixed::parse_gguf_menu(o.types, "--types");
+  m.imatrix = o.imatrix;
+  m.calib_text = o.calib;
+  m.probe_spans = o.probe_spans;
+  m.max_probes = o.max_probes;
+  const bool quiet = Progress::quiet();
+  m.note = [quiet](const std::string& s) {
+    if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
+  };
+  std::unique_ptr<Progress> bar;
+  std::string bar_phase;
+  m.progress = [&](const std::string& phase, int64_t done, int64_t total) {
+    if (phase != bar_phase) {
+      if (bar) bar->finish();
+      bar = std::make_unique<Progress>(phase, total, phase == "imatrix" ? "chunks" : "tensors");
+      bar_phase = phase;
+    }
+    bar->set(done);
+  };
+  if (!o.sensitivity.empty()) {
+    if (!o.types.empty()) throw Error(ErrorKind::Usage, "--sensitivity reuses a plan's measurements: --types does not apply");
+    const std::string text = read_text_file(o.sensitivity);
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) throw Error(ErrorKind::InvalidInput, o.sensitivity + ": not JSON");
+    return mixed::replan_gguf_mix(j, o.sensitivity, dir, m, pool);
+  }
+  mixed::GgufMixPlan plan = mixed::plan_gguf_mix(dir, m, pool);
+  if (bar) bar->finish();
+  return plan;
+}
 
 void run_gguf(const ConvertOpts& o) {
   std::unique_ptr<ThreadPool> holder;
@@ -36,11 +92,28 @@ void run_gguf(const ConvertOpts& o) {
   if (o.token_embd_type_given)
     g.overrides.token_embd = gguf_mix::parse_tensor_type(o.token_embd_type, "--token-embedding-type");
   const ResolvedModel m = resolve_model(o.input);
-  check_output_file(o.out, {m.dir, o.imatrix}, o.force, false, "-o");
+  if (!budget_given(o)) {
+    if (budget_flags(o))
+      throw Error(ErrorKind::Usage, "--types, --calib, --sensitivity, --dry-run and --json apply to a size budget (--target-bpw or --target-size)");
+  }
+  if (!o.dry_run) check_output_file(o.out, {m.dir, o.imatrix, o.calib, o.sensitivity}, o.force, false, "-o");
+  std::filesystem::path json = o.json;
+  if (budget_given(o) && json.empty()) json = std::filesystem::path(o.out).replace_extension(".mix.json");
+  if (!json.empty() && !o.dry_run) check_output_file(json, {m.dir, o.imatrix, o.calib, o.out, o.sensitivity}, o.force, false, "--json");
   const bool quiet = Progress::quiet();
   g.note = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
   };
+  if (budget_given(o)) {
+    const mixed::GgufMixPlan plan = plan_budget(o, m.dir, pool);
+    if (o.dry_run || !quiet) std::fputs(mixed::format_gguf_mix(plan).c_str(), o.dry_run ? stdout : stderr);
+    if (!o.json.empty() || !o.dry_run) write_output_file(json, mixed::gguf_mix_json(plan).dump(2) + "\n");
+    if (o.dry_run) return;
+    g.tensor_types = plan.types();
+    g.imatrix_data = plan.imatrix_data;
+    if (g.imatrix.empty()) g.imatrix = plan.imatrix;  // named in the file's metadata
+    g.preset = plan.file_type_preset();
+  }
   const GgufConvertResult r = convert_hf_to_gguf(m.dir, o.out, g, pool);
   if (!quiet)
     std::fprintf(stderr, "wrote %s: %.2f MiB (%.2f bits per weight) from %.2f MiB in %.2f s (%.1f MB/s of input)\n",
@@ -54,6 +127,8 @@ void run_convert(const ConvertOpts& o) {
   namespace fs = std::filesystem;
   if (o.to == "gguf") return run_gguf(o);
   if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
+  if (budget_flags(o))
+    throw Error(ErrorKind::Usage, "--target-bpw, --target-size, --types, --calib, --sensitivity, --dry-run and --json apply to --to gguf");
   if (o.allow_nonfinite) throw Error(ErrorKind::Usage, "--allow-nonfinite applies to --to gguf");
   if (o.output_type_given || o.token_embd_type_given)
     throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type apply to --to gguf");
@@ -74,7 +149,7 @@ void register_convert(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("convert", "Convert a model: Hugging Face -> GGUF (with k-quant presets), llama2.c -> Hugging Face");
   cmd->add_option("input", o->input, "the model to convert: a Hugging Face folder or cache id (--to gguf), a llama2.c .bin (--to hf)")->required();
   cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
-  cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
+  CLI::Option* type = cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
   cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
   CLI::Option* output_type = cmd->add_option(
       "--output-tensor-type", o->output_type,
@@ -82,12 +157,22 @@ void register_convert(CLI::App& app) {
   CLI::Option* token_embd_type = cmd->add_option(
       "--token-embedding-type", o->token_embd_type,
       "gguf: type of token_embd.weight instead of the preset's, as llama-quantize's option");
+  cmd->add_option("--target-bpw", o->target_bpw, "gguf: choose every tensor's type so the tensors fit B bits per weight, at the least predicted KL divergence (docs/mixed-precision.md)")->check(CLI::PositiveNumber);
+  cmd->add_option("--target-size", o->target_size, "gguf: the same for a size of tensor data (4.2GiB, 4200MB, bytes)");
+  cmd->add_option("--calib", o->calib, "gguf with a budget: text the sensitivity probes (and the imatrix, without --imatrix) run on");
+  cmd->add_option("--types", o->types, "gguf with a budget: the types to choose from (default f16,bf16,q8_0,q6_K,q5_K,q5_1,q5_0,q4_K,q4_1,q4_0,q3_K,q2_K)");
+  cmd->add_option("--probe-spans", o->probe_spans, "gguf with a budget: 512-token spans of --calib each probe scores (default 4)")->check(CLI::PositiveNumber);
+  cmd->add_option("--sensitivity", o->sensitivity, "gguf with a budget: reuse the measurements of an earlier plan of this model (its .mix.json) and solve for this budget only");
+  cmd->add_option("--max-probes", o->max_probes, "gguf with a budget: tensors probed at most; beyond it a few layers per role are, the rest interpolated (default 64; 0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--dry-run", o->dry_run, "gguf with a budget: print the allocation (and write --json if given), write no model");
+  cmd->add_option("--json", o->json, "gguf with a budget: where the allocation is written (default: OUT with .mix.json)");
   add_threads_option(cmd, o->threads);
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (tok512.bin, tokenizer.bin)");
   cmd->add_option("-o,--output", o->out, "output: a .gguf file (--force to replace one), or a folder for --to hf (must not exist, or be empty)")->required();
   cmd->add_flag("--force", o->force, "gguf: replace an existing output file (never an input of this run)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "gguf: convert even when a weight is NaN or infinite");
-  cmd->callback([o, output_type, token_embd_type] {
+  cmd->callback([o, output_type, token_embd_type, type] {
+    o->type_given = type->count() > 0;
     o->output_type_given = output_type->count() > 0;
     o->token_embd_type_given = token_embd_type->count() > 0;
     run_convert(*o);

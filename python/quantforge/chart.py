@@ -72,10 +72,19 @@ def render(paths, out, force=False):
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     mib = [r["bytes"] / scale for r in rows]
-    a1.plot(mib, [r["ppl"] for r in rows], "o-", color="tab:blue")
+    # One line per series (size-budget mixes apart from presets and the rest).
+    series = sorted({r.get("series", "") for r in rows})
+    styles = [("o-", "tab:blue", "tab:red"), ("^--", "tab:green", "tab:purple")]
+    for k, name in enumerate(series):
+        pick = [i for i, r in enumerate(rows) if r.get("series", "") == name]
+        marker, c1, c2 = styles[k % len(styles)]
+        label = (name or "other outputs") if len(series) > 1 else None
+        a1.plot([mib[i] for i in pick], [rows[i]["ppl"] for i in pick], marker, color=c1, label=label)
+        a2.plot([mib[i] for i in pick], [rows[i]["kld"] for i in pick], marker, color=c2, label=label)
     a1.axhline(base["ppl"], color="gray", linestyle="--", label=f"reference {base['ppl']:.3f}")
     a1.plot([base["bytes"] / scale], [base["ppl"]], "s", color="gray")
-    a2.plot(mib, [r["kld"] for r in rows], "o-", color="tab:red")
+    if len(series) > 1:
+        a2.legend(fontsize=8)
     for r, x in zip(rows, mib):
         a1.annotate(r["name"], (x, r["ppl"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
         a2.annotate(r["name"], (x, r["kld"]), textcoords="offset points", xytext=(4, 4), fontsize=8)

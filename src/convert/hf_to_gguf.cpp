@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <regex>
@@ -20,7 +21,6 @@
 #include "quantizers/kquants.h"
 
 namespace qf {
-namespace {
 
 std::string gguf_arch(const ModelConfig& c, const std::string& where) {
   // llama.cpp runs Mixtral as llama with experts.
@@ -32,6 +32,8 @@ std::string gguf_arch(const ModelConfig& c, const std::string& where) {
   throw unsupported(where, "model_type '" + c.model_type +
                                "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
 }
+
+namespace {
 
 // HF rotate-half rows -> llama.cpp's interleaved pairs: within each head of
 // hd rows, output row 2i + t takes input row t * hd/2 + i. Returns the input
@@ -103,39 +105,14 @@ GgufExpertSlab gguf_expert_slab(const std::string& n) {
   return {"blk." + m[1].str() + "." + g + ".weight", std::stoll(m[2].str())};
 }
 
-GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std::filesystem::path& out,
-                                     const GgufConvertOptions& opts, ThreadPool& pool) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string where = dir.string();
-  ModelConfig c = load_model_config(dir);
-  if (c.quantization_config) throw unsupported(where, "the checkpoint is already quantized (config.json has a quantization_config)");
-  for (int64_t li = 0; li < c.num_hidden_layers && c.is_moe(); ++li)
-    if (!c.moe_layer(li))
-      throw unsupported(where, "layer " + std::to_string(li) + " is dense (mlp_only_layers / decoder_sparse_step) in a mixture-of-experts "
-                               "model; llama.cpp's " + c.model_type + " architecture has sparse layers only");
-  const std::string arch = gguf_arch(c, where);
-  // llama.cpp renormalises the top-k routing weights for llama (Mixtral) and
-  // qwen3moe and never for qwen2moe; the file has no key to say otherwise.
-  if (c.is_moe() && c.norm_topk_prob != (arch != "qwen2moe"))
-    throw unsupported(where, std::string("norm_topk_prob ") + (c.norm_topk_prob ? "true" : "false") + " cannot be expressed in " +
-                                 "llama.cpp's " + arch + " architecture, which " + (arch == "qwen2moe" ? "never renormalises" : "always renormalises") +
-                                 " the top-k routing weights");
-  const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
-  std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
-  Checkpoint ck = Checkpoint::open(dir);
-  // The runtime loader's own checks of the tensors against the config, before
-  // anything is written: a file its runtime would refuse is never produced.
-  check_hf_checkpoint(c, ck, true, where, (dir / "config.json").string());
-  Imatrix imatrix;
-  const bool has_imatrix = !opts.imatrix.empty();
-  if (has_imatrix) imatrix = read_imatrix(opts.imatrix);
-
+GgufLayout gguf_layout(const ModelConfig& c, const Checkpoint& ck, const std::string& where) {
   // Which HF tensors become which GGUF tensor: one each, except the routed
   // experts' matrices of a layer, stacked in expert order into one 3-D tensor
   // (ne = [cols, rows, experts]) as llama.cpp holds them.
-  std::map<std::string, std::vector<std::string>> hf_of;  // gguf name -> hf names
-  std::map<std::string, std::vector<uint64_t>> ne_of;     // gguf name -> ne
-  std::vector<gguf_mix::TensorDesc> descs;
+  GgufLayout l;
+  auto& hf_of = l.hf_of;
+  auto& ne_of = l.ne_of;
+  auto& descs = l.descs;
   for (const std::string& name : ck.names()) {
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
@@ -168,8 +145,57 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
                                    std::to_string(c.num_experts) + " experts)");
     descs.push_back({g, std::vector<int64_t>(ne_of[g].begin(), ne_of[g].end())});
   }
+  return l;
+}
+
+GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std::filesystem::path& out,
+                                     const GgufConvertOptions& opts, ThreadPool& pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string where = dir.string();
+  ModelConfig c = load_model_config(dir);
+  if (c.quantization_config) throw unsupported(where, "the checkpoint is already quantized (config.json has a quantization_config)");
+  for (int64_t li = 0; li < c.num_hidden_layers && c.is_moe(); ++li)
+    if (!c.moe_layer(li))
+      throw unsupported(where, "layer " + std::to_string(li) + " is dense (mlp_only_layers / decoder_sparse_step) in a mixture-of-experts "
+                               "model; llama.cpp's " + c.model_type + " architecture has sparse layers only");
+  const std::string arch = gguf_arch(c, where);
+  // llama.cpp renormalises the top-k routing weights for llama (Mixtral) and
+  // qwen3moe and never for qwen2moe; the file has no key to say otherwise.
+  if (c.is_moe() && c.norm_topk_prob != (arch != "qwen2moe"))
+    throw unsupported(where, std::string("norm_topk_prob ") + (c.norm_topk_prob ? "true" : "false") + " cannot be expressed in " +
+                                 "llama.cpp's " + arch + " architecture, which " + (arch == "qwen2moe" ? "never renormalises" : "always renormalises") +
+                                 " the top-k routing weights");
+  const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
+  Checkpoint ck = Checkpoint::open(dir);
+  // The runtime loader's own checks of the tensors against the config, before
+  // anything is written: a file its runtime would refuse is never produced.
+  check_hf_checkpoint(c, ck, true, where, (dir / "config.json").string());
+  Imatrix imatrix;
+  const bool has_imatrix = !opts.imatrix.empty() || opts.imatrix_data;
+  if (opts.imatrix_data) imatrix = *opts.imatrix_data;
+  else if (has_imatrix) imatrix = read_imatrix(opts.imatrix);
+
+  const GgufLayout layout = gguf_layout(c, ck, where);
+  const std::map<std::string, std::vector<std::string>>& hf_of = layout.hf_of;
+  const std::map<std::string, std::vector<uint64_t>>& ne_of = layout.ne_of;
+  const std::vector<gguf_mix::TensorDesc>& descs = layout.descs;
   gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.num_experts};
-  const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
+  std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
+  // An allocation's per-tensor types (mixed precision) replace the preset's.
+  for (gguf_mix::TensorPlan& p : plans) {
+    const auto it = opts.tensor_types.find(p.name);
+    if (it == opts.tensor_types.end()) continue;
+    const gguf_mix::TensorDesc& d = *std::find_if(descs.begin(), descs.end(), [&](const auto& x) { return x.name == p.name; });
+    const GgmlTypeInfo* info = ggml_type_info(it->second);
+    if (!gguf_mix::allows_quantization(d) || !info || !kquants::is_supported(it->second) || d.ne[0] % info->block_size != 0)
+      throw invalid_input(p.name, std::string("cannot be stored as ") + (info ? info->name : "an unknown type"));
+    p.type = it->second;
+    p.quantized = info->block_size > 1;
+    p.note.clear();
+  }
+  for (const auto& [name, type] : opts.tensor_types)
+    if (!ne_of.count(name)) throw invalid_input(where, "the allocation names tensor '" + name + "', which the model does not have");
 
   GgufWriter w(out);
   // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/

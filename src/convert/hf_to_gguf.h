@@ -9,10 +9,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "formats/gguf/imatrix.h"
+#include "formats/hf/model_config.h"
+#include "formats/safetensors.h"
 #include "quantizers/gguf_mix.h"
 
 namespace qf {
@@ -20,9 +25,16 @@ namespace qf {
 struct GgufConvertOptions {
   std::string preset = "F16";            // gguf_mix preset name
   std::filesystem::path imatrix;         // optional importance matrix (.gguf or .dat)
+  // An importance matrix already in memory (used instead of reading
+  // `imatrix`, which then only names it in the file's metadata).
+  std::shared_ptr<const Imatrix> imatrix_data;
   std::function<void(const std::string&)> note;  // messages (fallbacks, missing imatrix entries)
   bool allow_nonfinite = false;          // false: a NaN/Inf weight is InvalidInput naming the tensor
   gguf_mix::TypeOverrides overrides;     // llama-quantize's --output-tensor-type / --token-embedding-type
+  // Per-tensor types chosen elsewhere (a size budget's allocation, by GGUF
+  // name), replacing the preset's for those tensors; each must be a
+  // quantizable tensor whose row length the type's block size divides.
+  std::map<std::string, uint32_t> tensor_types;
 };
 
 struct GgufConvertResult {
@@ -47,6 +59,23 @@ struct GgufExpertSlab {
   int64_t expert = -1;
 };
 GgufExpertSlab gguf_expert_slab(const std::string& hf_name);
+
+// llama.cpp's general.architecture for a config ("llama" for llama, mistral
+// and mixtral; "qwen2", "qwen3", "qwen2moe", "qwen3moe"); Unsupported naming
+// `where` otherwise.
+std::string gguf_arch(const ModelConfig& c, const std::string& where);
+
+// The GGUF tensors a Hugging Face checkpoint becomes: each GGUF name's source
+// tensors (one, or every expert's slab of a stacked tensor in expert order),
+// its ne (ggml order; stacked: [cols, rows, experts]) and the descriptions
+// gguf_mix plans from. Throws naming `where` for tensors without a GGUF
+// counterpart, non-float tensors and missing or misshapen experts.
+struct GgufLayout {
+  std::map<std::string, std::vector<std::string>> hf_of;
+  std::map<std::string, std::vector<uint64_t>> ne_of;
+  std::vector<gguf_mix::TensorDesc> descs;
+};
+GgufLayout gguf_layout(const ModelConfig& c, const Checkpoint& ck, const std::string& where);
 
 GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& model_dir, const std::filesystem::path& out,
                                      const GgufConvertOptions& opts, ThreadPool& pool);

@@ -203,6 +203,7 @@ ReportRow load_one(const std::string& path, std::vector<fs::path>& read) {
   const fs::path model = locate_model(row.model, file.string());
   read.push_back(model);
   row.bytes = model_bytes(model);
+  if (model.extension() == ".gguf" && is_file(fs::path(model).replace_extension(".mix.json"))) row.series = "size-budget mix";
   return row;
 }
 
@@ -406,6 +407,7 @@ nlohmann::ordered_json row_json(const ReportRow& r, bool reference) {
   j["text"] = r.text;
   j["tokens"] = r.tokens;
   j["label"] = r.label;
+  j["series"] = r.series;
   return j;
 }
 

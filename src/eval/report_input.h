@@ -35,6 +35,9 @@ struct ReportRow {
   std::string text;              // the evaluation text's path as recorded
   int64_t tokens = 0;            // tokens scored
   uint64_t bytes = 0;            // the model's size; set by load_report_inputs
+  // The chart's series: "size-budget mix" for a GGUF file with the plan
+  // `convert --target-bpw` writes beside it (MODEL.mix.json), "" otherwise.
+  std::string series;
 };
 
 // Parses and validates one input's JSON text. `source` is what the user named

@@ -208,6 +208,17 @@ TEST(ReportInputs, LoadsSizesAndSorts) {
   const nlohmann::ordered_json j = report_rows_json(in);
   EXPECT_EQ(j["outputs"][1]["label"], "gptq int4 group 128");
   EXPECT_EQ(j["reference"]["kld"], 0.0);
+  EXPECT_EQ(j["outputs"][0]["series"], "");
+}
+
+TEST(ReportInputs, AGgufWithItsSizeBudgetPlanIsAMix) {
+  Runs r;
+  test::write_file(r.d / "m.mix.json", "{}");
+  const ReportInputs in = load_report_inputs({r.quant.string(), r.eval_file("g.json").string()});
+  ASSERT_EQ(in.outputs.size(), 2u);
+  EXPECT_EQ(in.outputs[0].series, "size-budget mix");
+  EXPECT_EQ(in.outputs[1].series, "");  // a quantize output folder
+  EXPECT_EQ(report_rows_json(in)["outputs"][0]["series"], "size-budget mix");
 }
 
 TEST(ReportInputs, MissingPathIsNotFound) {

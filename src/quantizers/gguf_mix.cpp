@@ -70,7 +70,7 @@ const char* const kNeverQuantizedParts[] = {
     "mm.a.code_embd",
 };
 
-bool allows_quantization(const TensorDesc& t) {
+bool allows_quantization_impl(const TensorDesc& t) {
   if (n_dims(t.ne) < 2) return false;
   const std::string& name = t.name;
   if (!ends_with(name, "weight")) return false;
@@ -227,7 +227,7 @@ uint32_t mix_type(State& s, uint32_t type, const TensorDesc& t, Category cat, st
 }
 
 // tensor_type_fallback (table as of llama.cpp 007dbbf3fd17eefe9b47fee45f48f7ba5e62b714).
-uint32_t shape_fallback(const TensorDesc& t, uint32_t type, std::string& note) {
+uint32_t shape_fallback_impl(const TensorDesc& t, uint32_t type, std::string& note) {
   const int64_t ncols = t.ne[0];
   const int64_t qk = block_size(type);
   if (ncols % qk == 0) return type;
@@ -308,6 +308,9 @@ uint32_t parse_tensor_type(const std::string& name, const std::string& flag) {
   }
   throw Error(ErrorKind::Usage, flag + ": unknown tensor type '" + name + "' (one of " + valid + ")");
 }
+
+bool allows_quantization(const TensorDesc& t) { return allows_quantization_impl(t); }
+uint32_t shape_fallback(const TensorDesc& t, uint32_t type, std::string& note) { return shape_fallback_impl(t, type, note); }
 
 std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix,
                              const TypeOverrides& overrides) {

@@ -105,6 +105,17 @@ uint32_t parse_tensor_type(const std::string& name, const std::string& flag);
 std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix,
                              const TypeOverrides& overrides = {});
 
+// Whether llama-quantize quantizes the tensor at all (2-D ".weight" tensors
+// other than norms, routers, position and token-type embeddings); the others
+// keep the converter's type.
+bool allows_quantization(const TensorDesc& t);
+// The type a quantizable tensor gets for `type` once its row length is
+// respected: `type` when its block size divides ne[0], else the presets'
+// fallback (Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; F16
+// when that does not divide it either, and for the legacy types), with `note`
+// saying so.
+uint32_t shape_fallback(const TensorDesc& t, uint32_t type, std::string& note);
+
 // weight_name_comparer order: names without a "blk.N." prefix first (layer -1),
 // then by block number; names sorted bytewise within a layer.
 std::vector<std::string> sorted_tensor_order(std::vector<std::string> names);
