@@ -1,4 +1,4 @@
-// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--device D] [--eval TEXT] [--json] [--resume]
+// quantforge quantize MODEL --recipe R.yaml -o OUT [--calib FILE] [--threads N] [--device D] [--eval TEXT] [--json] [--resume] [--dry-run]
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,7 +22,7 @@ struct QuantizeOpts {
   std::string model, recipe, out, calib, eval_text, max_memory, device = "cpu";
   int threads = 0;
   int64_t eval_chunks = 0;
-  bool allow_nonfinite = false, json = false, resume = false;
+  bool allow_nonfinite = false, json = false, resume = false, dry_run = false;
 };
 
 // The command as given, for the report (paths as typed).
@@ -36,6 +36,7 @@ std::string invocation(const QuantizeOpts& o) {
   if (o.device != "cpu") s += " --device " + o.device;
   if (o.allow_nonfinite) s += " --allow-nonfinite";
   if (o.resume) s += " --resume";
+  if (o.dry_run) s += " --dry-run";
   return s;
 }
 
@@ -61,6 +62,7 @@ void run_quantize(const QuantizeOpts& o) {
   job.eval_text = o.eval_text;
   job.eval_max_chunks = o.eval_chunks;
   job.device = dev;
+  job.dry_run = o.dry_run;
   // What the command prints is written and flushed while the output is
   // still staged: when stdout cannot take it (a full disk), the run fails
   // with nothing committed rather than exiting 5 with the output in place.
@@ -70,7 +72,14 @@ void run_quantize(const QuantizeOpts& o) {
       throw io_error("standard output", std::string("write failed (") + std::strerror(errno) + "); " + o.out +
                                             " was not written");
   };
-  quantize_model(job, pool, log);
+  const QuantizeSummary s = quantize_model(job, pool, log);
+  if (o.dry_run) {
+    // The plan only: nothing was calibrated or written.
+    const std::string text = o.json ? s.report.dump(2) + "\n" : s.dry_run;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw io_error("standard output", std::string("write failed (") + std::strerror(errno) + ")");
+  }
 }
 
 void print_summary(const QuantizeOpts& o, const QuantizeSummary& s) {
@@ -114,6 +123,7 @@ void register_quantize(CLI::App& app) {
   add_device_option(cmd, o->device);
   cmd->add_flag("--json", o->json, "print quantization_report.json (written into the output) instead of the summary");
   cmd->add_flag("--resume", o->resume, "continue an interrupted run to the same output from its last finished layer (same inputs; byte-identical result)");
+  cmd->add_flag("--dry-run", o->dry_run, "print the plan (with mixed_precision: the searched allocation, its bytes and predicted KL) and write nothing");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "quantize even when a weight or calibration statistic is NaN or infinite");
   cmd->callback([o] { run_quantize(*o); });
 }

@@ -23,7 +23,16 @@ QuantizeSummary quantize_model(const QuantizeJob& job, ThreadPool& pool, const s
   const auto t0 = std::chrono::steady_clock::now();
   QuantizeRun r(job, pool, log);
   timed(r, "load", load_stage);
+  if (r.recipe.mixed_precision) timed(r, "mixed", mixed_stage);
   timed(r, "plan", plan_stage);
+  if (job.dry_run) {
+    r.sum.dry_run = dry_run_text(r);
+    r.sum.method = r.plan.method;
+    r.sum.format = r.plan.format->name();
+    r.sum.report = nlohmann::ordered_json::object();
+    if (r.mixed) r.sum.report["mixed_precision"] = r.mixed->json(*r.recipe.mixed_precision);
+    return std::move(r.sum);
+  }
   timed(r, "data", data_stage);
   timed(r, "layers", layers_stage);
   timed(r, "export", export_stage);

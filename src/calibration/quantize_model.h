@@ -61,6 +61,10 @@ struct QuantizeJob {
   // stop the run (nothing is left under `out`). The CLI prints there, so
   // that a failed write to stdout (`--json > /dev/full`) leaves no output.
   std::function<void(const QuantizeSummary&)> before_commit;
+  // Stop after the plan (and, with mixed_precision, its search): nothing is
+  // calibrated or written; the summary's dry_run holds what would be done
+  // and its report only "mixed_precision" (when the recipe has the section).
+  bool dry_run = false;
 };
 
 struct QuantizedLayerRecord {
@@ -79,6 +83,7 @@ struct QuantizeSummary {
   std::vector<QuantizedLayerRecord> per_layer;  // in layer order
   nlohmann::ordered_json report;                // quantization_report.json as written
   std::optional<eval::EvalResult> evaluation;   // with QuantizeJob::eval_text
+  std::string dry_run;      // QuantizeJob::dry_run: the plan as printed
   std::string timing_line;  // where the time went, one line: each stage, the layers' phases at their GFLOP/s, the machine's peak
 };
 

@@ -116,8 +116,8 @@ std::shared_ptr<rt::Linear> plan_trial_linear(const QuantizePlan& plan, const st
   return std::make_shared<TrialLinear>(round_to_nearest(w, rows, cols, p), p.act, bias, name);
 }
 
-// A resolved recipe group as the pipeline uses it.
-PlannedLinear planned(const ModifierSpec::Group& g) {
+
+PlannedLinear planned_linear(const ModifierSpec::Group& g) {
   PlannedLinear p;
   p.weights = g.weights;
   p.act = g.input_activations;
@@ -184,7 +184,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
           g->input_activations->validate(g->where);
           if (g->input_activations->needs_calibration()) plan.needs_activation_ranges = true;
         }
-        plan.linears[name] = planned(*g);
+        plan.linears[name] = planned_linear(*g);
         used_group.emplace(g->name, *g);
       }
       // The scheme AWQ's search assumes: its own (legacy recipes), else the quantizer's.
@@ -194,7 +194,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
           if (!ag->scale_dtype_set) ag->weights.scale_dtype = sdt;
           check_divisible(awq->groups.empty() ? mod : *awq, *ag, ag->weights, name, cols);
           awq_group_size = ag->weights.grouped() ? ag->weights.group_size : -1;
-          plan.awq_linears[name] = planned(*ag);
+          plan.awq_linears[name] = planned_linear(*ag);
         }
       }
     }

@@ -63,6 +63,9 @@ struct QuantizePlan {
 // a set too (its fuse_weight_observers asserts every member is TENSOR_GROUP).
 QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model);
 
+// A resolved recipe group as the pipeline uses it.
+PlannedLinear planned_linear(const ModifierSpec::Group& g);
+
 // The model's dtype (config.json torch_dtype): scales and KV scales are stored in it.
 DType plan_scale_dtype(const ModelConfig& c);
 

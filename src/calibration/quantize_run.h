@@ -2,6 +2,9 @@
 // function over one QuantizeRun that the previous stages filled in:
 //
 //   load      recipe, model, tokenizer; every refusal that needs no work
+//   mixed     with a mixed_precision section: the search that chooses each
+//             Linear's scheme (mixed_precision.h), written into the recipe's
+//             quantizer as its groups
 //   plan      what each Linear becomes (quantize_plan.h); device memory
 //   data      the calibration samples; the memory the run will take
 //   layers    the sequential pipeline: per layer search, calibrate
@@ -26,6 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "calibration/calibration_data.h"
+#include "calibration/mixed_precision.h"
 #include "calibration/pipeline_times.h"
 #include "calibration/quantize_model.h"
 #include "calibration/quantize_plan.h"
@@ -55,6 +60,8 @@ struct QuantizeRun {
   ModelConfig cfg;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<Tokenizer> tok;
+  // mixed
+  std::optional<MixedPrecisionResult> mixed;
   // plan
   QuantizePlan plan;
   uint64_t gptq_device_bytes = 0;  // the largest Linear's GPTQ on the device
@@ -83,12 +90,26 @@ struct QuantizeRun {
 };
 
 void load_stage(QuantizeRun& r);
+void mixed_stage(QuantizeRun& r);
 void plan_stage(QuantizeRun& r);
 void data_stage(QuantizeRun& r);
 void layers_stage(QuantizeRun& r);
 void export_stage(QuantizeRun& r);
 void report_stage(QuantizeRun& r);
 void evaluate_stage(QuantizeRun& r);
+
+// The calibration file a run reads: --calib, else the recipe's
+// calibration.dataset (relative to the recipe file); empty when neither.
+std::filesystem::path calibration_path(const QuantizeRun& r);
+
+// The recipe's calibration settings (num_samples capped at `max_samples`
+// when positive), checked against the model's context (InvalidInput naming
+// the recipe).
+CalibrationOptions calibration_options(const QuantizeRun& r, int64_t max_samples = 0);
+
+// The plan as --dry-run prints it: every quantized Linear's scheme and
+// stored bytes (with mixed precision: the allocation and its predicted KL).
+std::string dry_run_text(const QuantizeRun& r);
 
 // The per-stage and per-phase times of a run as the report holds them
 // (report "timing"), and the one line quantize prints from it.

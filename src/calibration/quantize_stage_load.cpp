@@ -61,27 +61,36 @@ void plan_stage(QuantizeRun& r) {
   }
 }
 
+CalibrationOptions calibration_options(const QuantizeRun& r, int64_t max_samples) {
+  CalibrationOptions co;
+  co.num_samples = max_samples > 0 ? std::min(r.recipe.calibration.num_samples, max_samples) : r.recipe.calibration.num_samples;
+  co.seq_len = r.recipe.calibration.seq_len;
+  co.seed = r.recipe.calibration.seed;
+  co.text_field = r.recipe.calibration.text_field;
+  if (r.model->max_context() > 0 && co.seq_len > r.model->max_context())
+    throw invalid_input(r.recipe.source, "calibration.seq_len " + std::to_string(co.seq_len) + " exceeds the model's context " +
+                                             std::to_string(r.model->max_context()));
+  return co;
+}
+
+std::filesystem::path calibration_path(const QuantizeRun& r) {
+  // A relative calibration.dataset is relative to the recipe file.
+  std::filesystem::path calib = r.job.calib;
+  if (calib.empty() && !r.recipe.calibration.dataset.empty()) {
+    calib = r.recipe.calibration.dataset;
+    if (calib.is_relative()) calib = r.job.recipe.parent_path() / calib;
+  }
+  return calib;
+}
+
 void data_stage(QuantizeRun& r) {
   namespace fs = std::filesystem;
   const QuantizeJob& job = r.job;
   if (r.plan.needs_calibration) {
-    // A relative calibration.dataset is relative to the recipe file.
-    fs::path calib = job.calib;
-    if (calib.empty() && !r.recipe.calibration.dataset.empty()) {
-      calib = r.recipe.calibration.dataset;
-      if (calib.is_relative()) calib = job.recipe.parent_path() / calib;
-    }
+    const fs::path calib = calibration_path(r);
     if (calib.empty())
       throw Error(ErrorKind::Usage, r.plan.calibration_reason + " needs calibration data: give --calib FILE or calibration.dataset in the recipe");
-    CalibrationOptions co;
-    co.num_samples = r.recipe.calibration.num_samples;
-    co.seq_len = r.recipe.calibration.seq_len;
-    co.seed = r.recipe.calibration.seed;
-    co.text_field = r.recipe.calibration.text_field;
-    if (r.model->max_context() > 0 && co.seq_len > r.model->max_context())
-      throw invalid_input(r.recipe.source, "calibration.seq_len " + std::to_string(co.seq_len) + " exceeds the model's context " +
-                                               std::to_string(r.model->max_context()));
-    r.samples = load_calibration(calib, *r.tok, co);
+    r.samples = load_calibration(calib, *r.tok, calibration_options(r));
     r.calib_used = fs::absolute(calib).lexically_normal();
   }
   r.sum.format = r.plan.format->name();

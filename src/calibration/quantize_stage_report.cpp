@@ -118,6 +118,7 @@ void report_stage(QuantizeRun& r) {
   report["totals"]["peak_rss_bytes"] = sum.peak_rss_bytes;
   report["memory"] = r.memory;
   report["memory"]["measured_peak_rss_bytes"] = sum.peak_rss_bytes;
+  report["mixed_precision"] = r.mixed ? r.mixed->json(*r.recipe.mixed_precision) : nlohmann::ordered_json(nullptr);
   report["evaluation"] = nullptr;
   sum.report = std::move(report);
 }

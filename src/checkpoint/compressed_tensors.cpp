@@ -131,6 +131,33 @@ void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& pref
   }
 }
 
+uint64_t compressed_tensors_linear_bytes(const QuantScheme& s, const ActivationScheme* act, int64_t rows, int64_t cols,
+                                         bool g_idx) {
+  const std::string fmt = compressed_tensors_format_of(s, act);
+  const uint64_t out = static_cast<uint64_t>(rows), in = static_cast<uint64_t>(cols);
+  const uint64_t groups = s.grouped() ? (in + static_cast<uint64_t>(s.group_size) - 1) / static_cast<uint64_t>(s.group_size) : 1;
+  const uint64_t params = s.strategy == QuantStrategy::Tensor ? 1 : s.strategy == QuantStrategy::Channel ? out : out * groups;
+  const uint64_t scale = dtype_size(s.scale_dtype);
+  uint64_t b = 0;
+  if (fmt == "pack-quantized") {
+    b += out * static_cast<uint64_t>(packed_words(cols, s.bits)) * 4 + params * scale;
+    if (!s.symmetric)
+      b += s.strategy == QuantStrategy::Tensor ? 1 : static_cast<uint64_t>(packed_words(rows, s.bits)) * groups * 4;
+    b += 16;  // weight_shape
+  } else if (fmt == "nvfp4-pack-quantized") {
+    b += out * (in / 2) + out * groups + 4;
+  } else {
+    b += out * in + params * scale;
+    if (!s.symmetric && !s.is_float()) b += params;
+  }
+  if (g_idx) b += in * 4;
+  if (act) {
+    if (act->is_nvfp4()) b += 4;
+    else if (!act->dynamic) b += scale + (act->symmetric ? 0 : 1);
+  }
+  return b;
+}
+
 void add_compressed_tensors_kv_scales(SafetensorsWriter& w, const std::string& attn_prefix, const KvScales& kv, DType dtype) {
   if (dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F32)
     throw invalid_input(attn_prefix, "KV-cache scales are stored as f16, bf16 or f32");

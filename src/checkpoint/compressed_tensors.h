@@ -81,6 +81,14 @@ std::string compressed_tensors_format_of(const QuantScheme& w, const ActivationS
 void add_compressed_tensors_linear(SafetensorsWriter& w, const std::string& prefix, const QuantizedTensor& q,
                                    const ActQuantParams* act = nullptr);
 
+// The bytes add_compressed_tensors_linear writes for a [rows, cols] Linear
+// with these weights (scale dtype resolved), input activations (nullptr:
+// weight-only) and, with `g_idx`, actorder group: every tensor's data
+// (codes, scales, zero points, weight_shape, g_idx, global and input scales),
+// not the safetensors header. The size budget of mixed precision counts these.
+uint64_t compressed_tensors_linear_bytes(const QuantScheme& w, const ActivationScheme* act, int64_t rows, int64_t cols,
+                                         bool g_idx = false);
+
 // <attn_prefix>.k_scale and .v_scale, shape [1], in `dtype` (compressed-tensors
 // stores them in the model dtype). attn_prefix is "model.layers.N.self_attn".
 void add_compressed_tensors_kv_scales(SafetensorsWriter& w, const std::string& attn_prefix, const KvScales& kv,

@@ -128,6 +128,63 @@ std::optional<Preset> preset(const std::string& name_any_case) {
 const char* kSupportedPresets =
     "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, W8A8 (INT8), W4A8, W4AFP8, FP8, FP8_DYNAMIC, NVFP4, NVFP4A16, UNQUANTIZED";
 
+// A group of a preset; `prefix` starts the messages after the position.
+ModifierSpec::Group make_preset_group(const std::string& name, const std::vector<std::string>& targets,
+                                      const std::string& group_name, const std::string& where, const std::string& prefix) {
+  std::optional<Preset> p = preset(name);
+  if (!p) {
+    const std::string c = closest_word(upper(name), preset_names());
+    throw invalid_input(where, prefix + "unknown preset scheme " + quote(name) + " (" +
+                                   (c.empty() ? std::string("supported presets: ") + kSupportedPresets
+                                              : "did you mean " + quote(c) + "?") +
+                                   ")");
+  }
+  if (!p->supported)
+    throw unsupported(where, prefix + "preset " + quote(upper(name)) + " is not supported yet (supported presets: " +
+                                 kSupportedPresets + "; block and MX formats and 4-bit activations are not)");
+  ModifierSpec::Group g;
+  g.name = group_name;
+  g.where = where;
+  g.targets = targets;
+  g.quantize_weights = p->has_weights;
+  g.weights = p->weights;
+  g.input_activations = p->input_activations;
+  // Float schemes name their scale dtype (NVFP4: e4m3 blocks); FP8 scales
+  // follow the model dtype like integer ones.
+  g.scale_dtype_set = g.weights.is_nvfp4();
+  return g;
+}
+
+// transformers' convert_file_size_to_int: KB/MB/GB/TB are powers of 1000,
+// KiB/MiB/GiB/TiB powers of 1024; a bare number is bytes. 0 when `v` is not
+// such a size; *too_large when it overflows, *zero when it is a size of 0.
+uint64_t parse_size_string(const std::string& v, bool* too_large, bool* zero) {
+  *too_large = *zero = false;
+  size_t i = 0;
+  while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i;
+  uint64_t num = 0;
+  const bool num_ok = i > 0 && std::from_chars(v.data(), v.data() + i, num).ec == std::errc();
+  std::string unit = upper(v.substr(i));
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  static const std::vector<std::pair<std::string, uint64_t>> units = {
+      {"", 1},           {"B", 1},          {"KB", 1000ull},         {"MB", 1000000ull},
+      {"GB", 1000000000ull}, {"TB", 1000000000000ull}, {"KIB", 1ull << 10}, {"MIB", 1ull << 20},
+      {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
+  uint64_t mult = 0;
+  for (const auto& [u, m] : units)
+    if (u == unit) mult = m;
+  if (!num_ok || mult == 0) return 0;
+  if (num == 0) {
+    *zero = true;
+    return 0;
+  }
+  if (num > UINT64_MAX / mult) {
+    *too_large = true;
+    return 0;
+  }
+  return num * mult;
+}
+
 // ---- the parser ---------------------------------------------------------------
 
 class Parser : public YamlReader {
@@ -181,6 +238,11 @@ class Parser : public YamlReader {
   std::string weight_obs_override_;
   void parse_calibration(const Entry& e, CalibrationSpec& c);
   void parse_export(const Entry& e, ExportSpec& x);
+  void parse_mixed_precision(const Entry& e, Recipe& r);
+  void check_mixed_precision(const Entry& e, const Recipe& r);
+
+  // The recipe has a mixed_precision section: its quantizer takes its schemes from there.
+  bool mixed_ = false;
 };
 
 const std::vector<std::string> kModifierKinds = {"GPTQModifier", "QuantizationModifier", "AWQModifier",
@@ -229,6 +291,7 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
   if (!root.IsMap())
     fail(root, "a recipe is a mapping of stages ('quant_stage: quant_modifiers: GPTQModifier: ...'), got " + got(root));
   Entries top = entries(root, "");
+  mixed_ = top.has("mixed_precision");
   for (const Entry& e : top.items) {
     const std::string& k = e.key;
     const size_t us = k.rfind("_stage");
@@ -240,6 +303,8 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
       parse_calibration(e, r.calibration);
     } else if (k == "export") {
       parse_export(e, r.export_);
+    } else if (k == "mixed_precision") {
+      parse_mixed_precision(e, r);
     } else if (k == "args") {
       // llm-compressor's recipe args: stored by it, not used by quantforge.
       if (!e.value.IsNull() && !e.value.IsMap()) fail(e.value, "args: expected a mapping, got " + got(e.value));
@@ -253,9 +318,9 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
                            " at the top level (put it under a stage and a group: 'quant_stage: quant_modifiers: " + k +
                            ": ...')");
     } else {
-      const std::string c = closest_word(k, {"calibration", "export", "args", "quant_stage"});
+      const std::string c = closest_word(k, {"calibration", "export", "args", "quant_stage", "mixed_precision"});
       fail(e.key_node, "unknown key " + quote(k) + " (" +
-                           (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, args")
+                           (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, mixed_precision, args")
                                       : "did you mean " + quote(c) + "?") +
                            ")");
     }
@@ -263,6 +328,7 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
   if (r.modifiers.empty())
     fail_at(root_mark, "the recipe has no modifiers (expected 'quant_stage: quant_modifiers: GPTQModifier: {...}' "
                        "or QuantizationModifier)");
+  if (mixed_) check_mixed_precision(*top.find("mixed_precision"), r);
   return r;
 }
 
@@ -386,34 +452,19 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
                              : a.find("config_groups");
     fail(later->key_node, kind + ": set either 'scheme' or 'config_groups', not both");
   }
-  if (has_scheme) {
+  if (mixed_ && (has_scheme || has_groups))
+    fail(a.find(has_scheme ? "scheme" : "config_groups")->key_node,
+         kind + "." + (has_scheme ? "scheme" : "config_groups") +
+             ": the recipe has a mixed_precision section, which chooses every Linear's scheme from its 'schemes'; "
+             "remove this key (the modifier's targets and ignore still say which Linears are quantized)");
+  if (mixed_) {
+    // The groups come from the mixed-precision search (calibration/mixed_precision.h).
+  } else if (has_scheme) {
     const YAML::Node s = a.get("scheme");
     auto expand = [&](const YAML::Node& name_node, const std::vector<std::string>& targets) {
       const std::string name = as_string(name_node, kind + ".scheme");
-      std::optional<Preset> p = preset(name);
-      if (!p) {
-        const std::string c = closest_word(upper(name), preset_names());
-        fail(name_node, kind + ".scheme: unknown preset scheme " + quote(name) + " (" +
-                            (c.empty() ? std::string("supported presets: ") + kSupportedPresets
-                                       : "did you mean " + quote(c) + "?") +
-                            ")");
-      }
-      if (!p->supported)
-        fail(name_node, kind + ".scheme: preset " + quote(upper(name)) +
-                            " is not supported yet (supported presets: " + kSupportedPresets +
-                            "; block and MX formats and 4-bit activations are not)",
-             ErrorKind::Unsupported);
-      ModifierSpec::Group g;
-      g.name = "group_" + std::to_string(m.groups.size());
-      g.where = pos(mark(name_node));
-      g.targets = targets;
-      g.quantize_weights = p->has_weights;
-      g.weights = p->weights;
-      g.input_activations = p->input_activations;
-      // Float schemes name their scale dtype (NVFP4: e4m3 blocks); FP8 scales
-      // follow the model dtype like integer ones.
-      g.scale_dtype_set = g.weights.is_nvfp4();
-      m.groups.push_back(std::move(g));
+      m.groups.push_back(make_preset_group(name, targets, "group_" + std::to_string(m.groups.size()), pos(mark(name_node)),
+                                      kind + ".scheme: "));
     };
     if (s.IsScalar()) {
       expand(s, m.targets);
@@ -849,24 +900,91 @@ void Parser::parse_export(const Entry& e, ExportSpec& x) {
     // KiB/MiB/GiB/TiB powers of 1024; a bare number is bytes.
     const YAML::Node s = a.get("shard_size");
     const std::string v = as_string(s, "export.shard_size");
-    size_t i = 0;
-    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i;
-    uint64_t num = 0;
-    const bool num_ok = i > 0 && std::from_chars(v.data(), v.data() + i, num).ec == std::errc();
-    std::string unit = upper(v.substr(i));
-    while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
-    static const std::vector<std::pair<std::string, uint64_t>> units = {
-        {"", 1},           {"B", 1},          {"KB", 1000ull},         {"MB", 1000000ull},
-        {"GB", 1000000000ull}, {"TB", 1000000000000ull}, {"KIB", 1ull << 10}, {"MIB", 1ull << 20},
-        {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
-    uint64_t mult = 0;
-    for (const auto& [u, m] : units)
-      if (u == unit) mult = m;
-    if (!num_ok || mult == 0)
+    bool too_large = false, zero = false;
+    const uint64_t bytes = parse_size_string(v, &too_large, &zero);
+    if (too_large) fail(s, "export.shard_size: " + v + " is too large");
+    if (zero) fail(s, "export.shard_size: must be > 0");
+    if (bytes == 0)
       fail(s, "export.shard_size: expected a size such as 5GB, 500MB, 4GiB or a byte count, got " + got(s));
-    if (num == 0) fail(s, "export.shard_size: must be > 0");
-    if (num > UINT64_MAX / mult) fail(s, "export.shard_size: " + v + " is too large");
-    x.max_shard_bytes = num * mult;
+    x.max_shard_bytes = bytes;
+  }
+}
+
+void Parser::parse_mixed_precision(const Entry& e, Recipe& r) {
+  static const std::vector<std::string> keys = {"target_bits", "target_size", "schemes", "probe_samples", "probe_items"};
+  Entries a = entries(e.value, "mixed_precision", &keys);
+  reject_null(a, "mixed_precision", {"target_bits", "target_size", "schemes", "probe_samples", "probe_items"});
+  MixedPrecisionSpec mp;
+  mp.where = pos(mark(e.key_node));
+  if (a.has("target_bits") == a.has("target_size"))
+    fail(a.has("target_size") ? a.find("target_size")->key_node : e.key_node,
+         "mixed_precision: set exactly one of 'target_bits' (stored bits per targeted weight, e.g. 5.0) and "
+         "'target_size' (e.g. 4.2GiB)");
+  if (a.has("target_bits")) {
+    const YAML::Node t = a.get("target_bits");
+    mp.target_bits = as_double(t, "mixed_precision.target_bits");
+    if (!(mp.target_bits > 0) || !std::isfinite(mp.target_bits))
+      fail(t, "mixed_precision.target_bits: must be a number > 0, got " + t.Scalar());
+    mp.target_where = pos(mark(t));
+  } else {
+    const YAML::Node t = a.get("target_size");
+    const std::string v = as_string(t, "mixed_precision.target_size");
+    bool too_large = false, zero = false;
+    mp.target_bytes = parse_size_string(v, &too_large, &zero);
+    if (mp.target_bytes == 0)
+      fail(t, "mixed_precision.target_size: expected a whole size > 0 such as 4300MiB, 5GB or a byte count, got " +
+                  got(t));
+    mp.target_where = pos(mark(t));
+  }
+  if (!a.has("schemes")) fail(e.key_node, "mixed_precision: 'schemes' is missing (e.g. schemes: [NVFP4A16, W8A16])");
+  const YAML::Node sl = a.get("schemes");
+  if (!sl.IsSequence() || sl.size() == 0)
+    fail(sl, "mixed_precision.schemes: expected a non-empty list of preset names, got " + got(sl));
+  for (size_t i = 0; i < sl.size(); ++i) {
+    const std::string path = "mixed_precision.schemes[" + std::to_string(i) + "]";
+    const std::string name = upper(as_string(sl[i], path));
+    const std::string where = pos(mark(sl[i]));
+    make_preset_group(name, {}, "", where, path + ": ");  // unknown / unsupported presets fail here
+    if (std::find(mp.schemes.begin(), mp.schemes.end(), name) != mp.schemes.end())
+      fail(sl[i], path + ": " + quote(name) + " is listed twice");
+    mp.schemes.push_back(name);
+    mp.scheme_where.push_back(where);
+  }
+  if (a.has("probe_samples")) {
+    mp.probe_samples = as_int(a.get("probe_samples"), "mixed_precision.probe_samples");
+    if (mp.probe_samples < 1)
+      fail(a.get("probe_samples"), "mixed_precision.probe_samples: must be >= 1, got " + std::to_string(mp.probe_samples));
+  }
+  if (a.has("probe_items")) {
+    mp.probe_items = as_int(a.get("probe_items"), "mixed_precision.probe_items");
+    if (mp.probe_items < 0)
+      fail(a.get("probe_items"), "mixed_precision.probe_items: must be >= 0 (0: every item), got " +
+                                     std::to_string(mp.probe_items));
+  }
+  r.mixed_precision = mp;
+}
+
+// The modifiers a mixed_precision section goes with: exactly one quantizer,
+// which takes every scheme the section lists.
+void Parser::check_mixed_precision(const Entry& e, const Recipe& r) {
+  const ModifierSpec* q = nullptr;
+  for (const ModifierSpec& m : r.modifiers)
+    if (!m.is_transform()) {
+      if (q)
+        throw invalid_input(m.where, "one quantization modifier goes with mixed_precision (found " + q->kind + " and " +
+                                         m.kind + ")");
+      q = &m;
+    }
+  if (!q)
+    fail(e.key_node, "mixed_precision needs a quantizer (GPTQModifier or QuantizationModifier) to apply the schemes it "
+                     "chooses");
+  const MixedPrecisionSpec& mp = *r.mixed_precision;
+  for (size_t i = 0; i < mp.schemes.size(); ++i) {
+    const ModifierSpec::Group g = make_preset_group(mp.schemes[i], {}, "", mp.scheme_where[i], "");
+    if (q->is_gptq() && g.quantize_weights && g.weights.is_float())
+      throw unsupported(mp.scheme_where[i], "mixed_precision.schemes: GPTQModifier quantizes integer weights; " +
+                                                mp.schemes[i] + " has " + g.weights.describe() +
+                                                " weights (use QuantizationModifier, which rounds every scheme to nearest)");
   }
 }
 
@@ -925,6 +1043,11 @@ Recipe parse_with_offset(const std::string& yaml, const std::string& name, int l
 }
 
 }  // namespace
+
+ModifierSpec::Group preset_group(const std::string& name, const std::vector<std::string>& targets,
+                                 const std::string& group_name, const std::string& where) {
+  return make_preset_group(name, targets, group_name, where, "");
+}
 
 Recipe parse_recipe_text(const std::string& yaml, const std::string& name) { return parse_with_offset(yaml, name, 0); }
 

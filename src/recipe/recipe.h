@@ -154,10 +154,31 @@ struct ExportSpec {
   uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
 };
 
+// quantforge's `mixed_precision:` section (docs/mixed-precision.md): the
+// quantizer's targeted Linears each take one of `schemes`, chosen by the
+// measured sensitivity search (calibration/mixed_precision.h) to fit the
+// size budget. The quantizer modifier then has no scheme of its own.
+struct MixedPrecisionSpec {
+  std::string where;                      // "FILE:LINE:COL" of the section's key
+  // The budget, exactly one of: stored bits per targeted weight (codes,
+  // scales, zero points, g_idx, global scales), or bytes in all.
+  double target_bits = 0;
+  uint64_t target_bytes = 0;
+  std::string target_where;               // position of target_bits / target_size
+  std::vector<std::string> schemes;       // preset names, upper case, no repeats
+  std::vector<std::string> scheme_where;  // their positions
+  // Calibration windows the probes' KL divergence and the proxy's input
+  // statistics are measured on, and how many items are probed (0: all;
+  // the others take the median calibration factor).
+  int64_t probe_samples = 8;
+  int64_t probe_items = 0;
+};
+
 struct Recipe {
   std::vector<ModifierSpec> modifiers;    // in recipe order, across stages
   CalibrationSpec calibration;
   ExportSpec export_;
+  std::optional<MixedPrecisionSpec> mixed_precision;
   std::string source;                     // the file name (or the name given to parse_recipe_text)
   std::string text;                       // the recipe text as read (exporters copy it as recipe.yaml)
 };
@@ -175,6 +196,13 @@ Recipe parse_recipe_text(const std::string& yaml, const std::string& name);
 // and text_field written out. Comments are not kept; `header` (comment lines)
 // goes first. Parsing the result gives the same Recipe.
 std::string resolved_recipe_text(const Recipe& r, const std::string& dataset, const std::string& header);
+
+// A config group of preset `name` (case-insensitive) over `targets`, as a
+// recipe's `scheme: {PRESET: targets}` gives it (named `group_name`, at
+// `where`). InvalidInput for an unknown preset, Unsupported for a known one
+// quantforge does not implement (both naming `where`).
+ModifierSpec::Group preset_group(const std::string& name, const std::vector<std::string>& targets,
+                                 const std::string& group_name, const std::string& where);
 
 // Does `pattern` (a target or ignore entry) select the module? Semantics of
 // compressed-tensors' is_match [compressed-tensors:src/compressed_tensors/utils/match.py]:
