@@ -67,14 +67,9 @@ mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path
     }
     bar->set(done);
   };
-  if (!o.sensitivity.empty()) {
-    if (!o.types.empty()) throw Error(ErrorKind::Usage, "--sensitivity reuses a plan's measurements: --types does not apply");
-    const std::string text = read_text_file(o.sensitivity);
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded()) throw Error(ErrorKind::InvalidInput, o.sensitivity + ": not JSON");
-    return mixed::replan_gguf_mix(j, o.sensitivity, dir, m, pool);
-  }
-  mixed::GgufMixPlan plan = mixed::plan_gguf_mix(dir, m, pool);
+  if (!o.sensitivity.empty() && !o.types.empty())
+    throw Error(ErrorKind::Usage, "--sensitivity reuses a plan's measurements: --types does not apply");
+  mixed::GgufMixPlan plan = mixed::plan_for_budget(dir, m, o.sensitivity, pool);
   if (bar) bar->finish();
   return plan;
 }
@@ -109,10 +104,7 @@ void run_gguf(const ConvertOpts& o) {
     if (o.dry_run || !quiet) std::fputs(mixed::format_gguf_mix(plan).c_str(), o.dry_run ? stdout : stderr);
     if (!o.json.empty() || !o.dry_run) write_output_file(json, mixed::gguf_mix_json(plan).dump(2) + "\n");
     if (o.dry_run) return;
-    g.tensor_types = plan.types();
-    g.imatrix_data = plan.imatrix_data;
-    if (g.imatrix.empty()) g.imatrix = plan.imatrix;  // named in the file's metadata
-    g.preset = plan.file_type_preset();
+    mixed::apply_plan(plan, g);
   }
   const GgufConvertResult r = convert_hf_to_gguf(m.dir, o.out, g, pool);
   if (!quiet)
@@ -158,7 +150,7 @@ void register_convert(CLI::App& app) {
       "--token-embedding-type", o->token_embd_type,
       "gguf: type of token_embd.weight instead of the preset's, as llama-quantize's option");
   cmd->add_option("--target-bpw", o->target_bpw, "gguf: choose every tensor's type so the tensors fit B bits per weight, at the least predicted KL divergence (docs/mixed-precision.md)")->check(CLI::PositiveNumber);
-  cmd->add_option("--target-size", o->target_size, "gguf: the same for a size of tensor data (4.2GiB, 4200MB, bytes)");
+  cmd->add_option("--target-size", o->target_size, "gguf: the same for a size of tensor data (4.2GiB, 4200M or bytes; K/M/G/T are powers of 1024)");
   cmd->add_option("--calib", o->calib, "gguf with a budget: text the sensitivity probes (and the imatrix, without --imatrix) run on");
   cmd->add_option("--types", o->types, "gguf with a budget: the types to choose from (default f16,bf16,q8_0,q6_K,q5_K,q5_1,q5_0,q4_K,q4_1,q4_0,q3_K,q2_K)");
   cmd->add_option("--probe-spans", o->probe_spans, "gguf with a budget: 512-token spans of --calib each probe scores (default 4)")->check(CLI::PositiveNumber);

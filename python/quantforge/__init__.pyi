@@ -83,14 +83,22 @@ def bench(model: PathLike, prompt: int = 512, gen: int = 128, batch: int = 1, kv
     device: "cpu", "cuda", "auto" or "host" as in evaluate(); one sequence (batch 1) on a device.
     """
 
-def convert(model: PathLike, out: PathLike, type: str = "Q4_K_M", imatrix: Optional[PathLike] = None,
+def convert(model: PathLike, out: PathLike, type: Optional[str] = None, imatrix: Optional[PathLike] = None,
             force: bool = False, allow_nonfinite: bool = False, threads: Optional[int] = None,
-            progress: bool = True) -> Dict[str, Any]:
-    """Hugging Face model -> GGUF file `out` with a llama-quantize preset (F16, Q8_0, Q6_K, Q5_K_M,
-    Q4_K_M, Q3_K_M, Q2_K, ...), optionally weighted by an importance matrix.
+            progress: bool = True, output_tensor_type: Optional[str] = None,
+            token_embedding_type: Optional[str] = None, target_bpw: Optional[float] = None,
+            target_size: Optional[str] = None, calib: Optional[PathLike] = None, types: Optional[str] = None,
+            dry_run: bool = False, json: Optional[PathLike] = None, sensitivity: Optional[PathLike] = None,
+            probe_spans: int = 4, max_probes: int = 64) -> Dict[str, Any]:
+    """Hugging Face model -> GGUF file `out` with a llama-quantize preset (`type`, default Q4_K_M:
+    F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K, ...), optionally weighted by an importance matrix;
+    or, with `target_bpw` (bits per weight) or `target_size` ("4.2GiB"), every tensor's type chosen by
+    measured sensitivity to fit that size (`calib` text required; `types` restricts the menu;
+    `sensitivity` an earlier plan to solve again; `dry_run` plans only). `convert --to gguf` on the CLI.
 
     Returns path, type, input_bytes, output_bytes, parameters, bits_per_weight, seconds,
-    tensor_types ({gguf name: ggml type}) and notes.
+    tensor_types ({gguf name: ggml type}) and notes; with a budget also plan (what OUT.mix.json holds)
+    and plan_path. A dry run returns plan and notes only.
     """
 
 def imatrix(model: PathLike, text: PathLike, out: PathLike, ctx: int = 512, chunks: int = 0,

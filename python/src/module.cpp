@@ -42,6 +42,7 @@
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
+#include "mixed/gguf_search.h"
 #include "inspect/gguf_inspect.h"
 #include "inspect/hf_inspect.h"
 #include "quantizers/kquants.h"
@@ -287,12 +288,23 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
   return to_python(j);
 }
 
-py::object cmd_convert(const py::object& model, const py::object& out, const std::string& type, const py::object& imatrix,
-                   bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
-                   const std::optional<std::string>& output_tensor_type,
-                   const std::optional<std::string>& token_embedding_type) {
+py::object cmd_convert(const py::object& model, const py::object& out, const std::optional<std::string>& type,
+                       const py::object& imatrix, bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
+                       const std::optional<std::string>& output_tensor_type,
+                       const std::optional<std::string>& token_embedding_type, std::optional<double> target_bpw,
+                       const std::optional<std::string>& target_size, const py::object& calib,
+                       const std::optional<std::string>& types, bool dry_run, const py::object& json_out,
+                       const py::object& sensitivity, int64_t probe_spans, int64_t max_probes) {
   const std::string m = path_arg(model, "model"), o = path_arg(out, "out");
   const std::string im = opt_path(imatrix, "imatrix").value_or("");
+  const std::string cal = opt_path(calib, "calib").value_or(""), js = opt_path(json_out, "json").value_or("");
+  const std::string sens = opt_path(sensitivity, "sensitivity").value_or("");
+  const bool budget = target_bpw || target_size;
+  if (!budget && (!cal.empty() || types || dry_run || !js.empty() || !sens.empty()))
+    throw Error(ErrorKind::Usage, "calib, types, sensitivity, dry_run and json apply to a size budget (target_bpw or target_size)");
+  if (budget && (type || output_tensor_type || token_embedding_type))
+    throw Error(ErrorKind::Usage, "type, output_tensor_type and token_embedding_type do not combine with a size budget (restrict types instead)");
+  if (probe_spans < 1 || max_probes < 0) throw Error(ErrorKind::Usage, "probe_spans must be at least 1 and max_probes at least 0");
   nlohmann::ordered_json j;
   std::vector<std::string> notes;
   {
@@ -300,28 +312,55 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    const ResolvedModel rm = resolve_model(m);
-    check_output_file(o, {rm.dir, im}, force, false, "out");
     GgufConvertOptions g;
-    g.preset = type;
+    g.preset = type.value_or("Q4_K_M");
     g.imatrix = im;
     g.allow_nonfinite = allow_nonfinite;
     if (output_tensor_type) g.overrides.output = gguf_mix::parse_tensor_type(*output_tensor_type, "output_tensor_type");
     if (token_embedding_type)
       g.overrides.token_embd = gguf_mix::parse_tensor_type(*token_embedding_type, "token_embedding_type");
     g.note = [&notes](const std::string& s) { notes.push_back(s); };
-    const GgufConvertResult r = convert_hf_to_gguf(rm.dir, o, g, pool);
-    nlohmann::ordered_json types = nlohmann::ordered_json::object();
-    for (const auto& [name, t] : r.types) types[name] = ggml_type_info(t) ? ggml_type_info(t)->name : std::to_string(t);
-    j = {{"path", r.path.string()},
-         {"type", type},
-         {"input_bytes", r.input_bytes},
-         {"output_bytes", r.output_bytes},
-         {"parameters", r.parameters},
-         {"bits_per_weight", r.parameters ? 8.0 * static_cast<double>(r.output_bytes) / static_cast<double>(r.parameters) : 0.0},
-         {"seconds", r.seconds},
-         {"tensor_types", types},
-         {"notes", notes}};
+    mixed::GgufMixOptions mo;
+    if (budget) {
+      mo.target_bpw = target_bpw;
+      if (target_size) mo.target_bytes = parse_memory_size(*target_size, "target_size");
+      if (types) mo.types = mixed::parse_gguf_menu(*types, "types");
+    }
+    const ResolvedModel rm = resolve_model(m);
+    if (!dry_run) check_output_file(o, {rm.dir, im, cal, sens}, force, false, "out");
+    std::filesystem::path plan_json = js;
+    if (budget && plan_json.empty() && !dry_run) plan_json = std::filesystem::path(o).replace_extension(".mix.json");
+    if (!plan_json.empty()) check_output_file(plan_json, {rm.dir, im, cal, sens, o}, force, false, "json");
+    if (budget) {
+      mo.imatrix = im;
+      mo.calib_text = cal;
+      mo.probe_spans = probe_spans;
+      mo.max_probes = max_probes;
+      mo.note = g.note;
+      const mixed::GgufMixPlan plan = mixed::plan_for_budget(rm.dir, mo, sens, pool);
+      j["plan"] = mixed::gguf_mix_json(plan);
+      if (!plan_json.empty()) write_output_file(plan_json, j["plan"].dump(2) + "\n");
+      mixed::apply_plan(plan, g);
+    }
+    // A dry run returns the plan (and its notes) alone; Python objects are
+    // made below, with the GIL held again.
+    if (dry_run) {
+      j["notes"] = notes;
+    } else {
+      const GgufConvertResult r = convert_hf_to_gguf(rm.dir, o, g, pool);
+      nlohmann::ordered_json tt = nlohmann::ordered_json::object();
+      for (const auto& [name, t] : r.types) tt[name] = ggml_type_info(t) ? ggml_type_info(t)->name : std::to_string(t);
+      j["path"] = r.path.string();
+      j["type"] = g.preset;
+      j["input_bytes"] = r.input_bytes;
+      j["output_bytes"] = r.output_bytes;
+      j["parameters"] = r.parameters;
+      j["bits_per_weight"] = r.parameters ? 8.0 * static_cast<double>(r.output_bytes) / static_cast<double>(r.parameters) : 0.0;
+      j["seconds"] = r.seconds;
+      j["tensor_types"] = tt;
+      j["notes"] = notes;
+      if (!plan_json.empty()) j["plan_path"] = plan_json.string();
+    }
   }
   return to_python(j);
 }
@@ -725,10 +764,13 @@ PYBIND11_MODULE(_quantforge, m) {
         py::arg("decode_tokens") = 32, py::arg("threads") = py::none(), py::arg("progress") = true);
   m.def("bench", &cmd_bench, py::arg("model"), py::arg("prompt") = 512, py::arg("gen") = 128, py::arg("batch") = 1,
         py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu");
-  m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = "Q4_K_M",
+  m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = py::none(),
         py::arg("imatrix") = py::none(), py::arg("force") = false, py::arg("allow_nonfinite") = false,
         py::arg("threads") = py::none(), py::arg("progress") = true, py::arg("output_tensor_type") = py::none(),
-        py::arg("token_embedding_type") = py::none());
+        py::arg("token_embedding_type") = py::none(), py::arg("target_bpw") = py::none(),
+        py::arg("target_size") = py::none(), py::arg("calib") = py::none(), py::arg("types") = py::none(),
+        py::arg("dry_run") = false, py::arg("json") = py::none(), py::arg("sensitivity") = py::none(),
+        py::arg("probe_spans") = 4, py::arg("max_probes") = 64);
   m.def("imatrix", &cmd_imatrix, py::arg("model"), py::arg("text"), py::arg("out"), py::arg("ctx") = 512,
         py::arg("chunks") = 0, py::arg("process_output") = false, py::arg("force") = false,
         py::arg("allow_nonfinite") = false, py::arg("threads") = py::none(), py::arg("progress") = true,

@@ -121,6 +121,32 @@ def test_convert_is_byte_identical_to_cli(cli, tmp_path):
         qf.convert(FIXTURE, tmp_path / "z.gguf", type="Q9_K", progress=False)
 
 
+def test_convert_to_a_size_budget_matches_cli(cli, tmp_path):
+    im = tmp_path / "im.gguf"
+    qf.imatrix(FIXTURE, CALIB_TEXT, im, chunks=4, progress=False)
+    kw = dict(imatrix=im, calib=CALIB_TEXT, probe_spans=1, threads=2, progress=False)
+    plan = qf.convert(FIXTURE, tmp_path / "dry.gguf", target_bpw=4.6, dry_run=True, **kw)["plan"]
+    assert not (tmp_path / "dry.gguf").exists() and plan["bytes"] <= plan["budget_bytes"], plan["bytes"]
+    assert plan["predicted_kld"] <= plan["lagrangian"]["predicted_kld"] and plan["presets"], plan["lagrangian"]
+    a, b = tmp_path / "py.gguf", tmp_path / "cli.gguf"
+    r = qf.convert(FIXTURE, a, target_bpw=4.6, **kw)
+    cli("convert", FIXTURE, "--to", "gguf", "--target-bpw", "4.6", "--imatrix", im, "--calib", CALIB_TEXT,
+        "--probe-spans", "1", "--threads", "2", "-o", b)
+    assert a.read_bytes() == b.read_bytes()
+    assert r["plan_path"] == str(tmp_path / "py.mix.json") and r["plan"]["bits_per_weight"] <= 4.6
+    assert {t["name"]: t["type"] for t in r["plan"]["tensors"]} == r["tensor_types"]
+    again = qf.convert(FIXTURE, tmp_path / "re.gguf", target_size="2700000", sensitivity=tmp_path / "py.mix.json",
+                       progress=False)
+    assert again["plan"]["bytes"] <= 2700000 and again["plan"]["seconds"]["probes"] == 0
+    with pytest.raises(qf.UsageError):
+        qf.convert(FIXTURE, tmp_path / "x.gguf", type="Q4_K_M", target_bpw=4.6, **kw)
+    with pytest.raises(qf.UsageError):
+        qf.convert(FIXTURE, tmp_path / "x.gguf", type="Q4_K_M", calib=CALIB_TEXT, progress=False)
+    with pytest.raises(qf.InvalidInput):
+        qf.convert(FIXTURE, tmp_path / "x.gguf", target_bpw=2, **kw)
+    assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "x.mix.json").exists()
+
+
 def test_imatrix_matches_cli(cli, tmp_path):
     a, b = tmp_path / "py.gguf", tmp_path / "cli.gguf"
     r = qf.imatrix(FIXTURE, CALIB_TEXT, a, ctx=128, chunks=2, threads=2, progress=False)

@@ -2,6 +2,7 @@
 
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/text_input.h"
 #include "formats/gguf/gguf.h"
 #include "formats/hf/model_config.h"
@@ -103,6 +104,22 @@ GgufMixPlan replan_gguf_mix(const nlohmann::json& j, const std::string& where, c
     plan.imatrix = kComputedFrom + io.calib_text.string();
   }
   return plan;
+}
+
+void apply_plan(const GgufMixPlan& plan, GgufConvertOptions& g) {
+  g.tensor_types = plan.types();
+  g.imatrix_data = plan.imatrix_data;
+  if (g.imatrix.empty()) g.imatrix = plan.imatrix;
+  g.preset = plan.file_type_preset();
+}
+
+GgufMixPlan plan_for_budget(const std::filesystem::path& dir, const GgufMixOptions& opts,
+                            const std::filesystem::path& sensitivity, ThreadPool& pool) {
+  if (sensitivity.empty()) return plan_gguf_mix(dir, opts, pool);
+  if (!opts.types.empty()) throw Error(ErrorKind::Usage, "a plan given as sensitivity is solved again as it is: the types do not apply");
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(sensitivity), nullptr, false);
+  if (j.is_discarded()) throw Error(ErrorKind::InvalidInput, sensitivity.string() + ": not JSON");
+  return replan_gguf_mix(j, sensitivity.string(), dir, opts, pool);
 }
 
 }  // namespace qf::mixed

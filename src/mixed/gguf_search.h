@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "convert/hf_to_gguf.h"
 #include "core/thread_pool.h"
 #include "formats/gguf/imatrix.h"
 
@@ -126,6 +127,16 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& model_dir, const GgufMixO
 // error when the plan's was computed and neither is given).
 GgufMixPlan replan_gguf_mix(const nlohmann::json& previous, const std::string& where,
                             const std::filesystem::path& model_dir, const GgufMixOptions& opts, ThreadPool& pool);
+
+// What `convert --to gguf` with a size budget runs, for the CLI and the
+// Python module alike: plan_gguf_mix, or with `sensitivity` (an earlier
+// plan's JSON file) replan_gguf_mix (Usage when opts.types is given then).
+GgufMixPlan plan_for_budget(const std::filesystem::path& model_dir, const GgufMixOptions& opts,
+                            const std::filesystem::path& sensitivity, ThreadPool& pool);
+
+// The plan as the conversion takes it: the per-tensor types, the imatrix
+// (named in the file's metadata when `g` names none) and general.file_type.
+void apply_plan(const GgufMixPlan& plan, GgufConvertOptions& g);
 
 nlohmann::ordered_json gguf_mix_json(const GgufMixPlan& plan);
 // The plan as `convert --dry-run` prints it: a line per tensor, the totals,
