@@ -189,6 +189,13 @@ TEST(MixedPrecision, RecipeSection) {
   EXPECT_EQ(r.mixed_precision->schemes, (std::vector<std::string>{"NVFP4A16", "W4A16", "UNQUANTIZED"}));
   EXPECT_EQ(r.mixed_precision->probe_items, 3);
   EXPECT_TRUE(quantizer_of(r).groups.empty());
+  // A decimal size before a unit, rounded down to bytes; fractional bytes are not a size.
+  EXPECT_EQ(mixed_recipe("{target_size: 4.2GiB, schemes: [W4A16]}").mixed_precision->target_bytes,
+            static_cast<uint64_t>(4.2L * (1ull << 30)));
+  EXPECT_EQ(mixed_recipe("{target_size: 1.5MB, schemes: [W4A16]}").mixed_precision->target_bytes, 1500000u);
+  EXPECT_QF_ERROR(mixed_recipe("{target_size: 4.5, schemes: [W4A16]}"), ErrorKind::InvalidInput, "such as 4.2GiB");
+  EXPECT_QF_ERROR(mixed_recipe("{target_size: 4.GiB, schemes: [W4A16]}"), ErrorKind::InvalidInput, "such as 4.2GiB");
+  EXPECT_QF_ERROR(mixed_recipe("{target_size: 0.0GB, schemes: [W4A16]}"), ErrorKind::InvalidInput, "such as 4.2GiB");
   EXPECT_QF_ERROR(mixed_recipe("{target_bits: 5, schemes: [W4A16], probes: 3}"), ErrorKind::InvalidInput,
                   "r.yaml:4:53: mixed_precision: unknown key 'probes'");
   EXPECT_QF_ERROR(mixed_recipe("{target_bits: 5, schemes: [W4A61]}"), ErrorKind::InvalidInput,

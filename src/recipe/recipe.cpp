@@ -158,12 +158,24 @@ ModifierSpec::Group make_preset_group(const std::string& name, const std::vector
 // transformers' convert_file_size_to_int: KB/MB/GB/TB are powers of 1000,
 // KiB/MiB/GiB/TiB powers of 1024; a bare number is bytes. 0 when `v` is not
 // such a size; *too_large when it overflows, *zero when it is a size of 0.
-uint64_t parse_size_string(const std::string& v, bool* too_large, bool* zero) {
+// `fraction`: a decimal number is accepted before a unit ("4.2GiB", rounded
+// down to whole bytes); transformers (shard_size) takes whole numbers only.
+uint64_t parse_size_string(const std::string& v, bool* too_large, bool* zero, bool fraction = false) {
   *too_large = *zero = false;
   size_t i = 0;
   while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i;
   uint64_t num = 0;
   const bool num_ok = i > 0 && std::from_chars(v.data(), v.data() + i, num).ec == std::errc();
+  // The decimal digits after a point, as a fraction of one unit.
+  long double frac = 0;
+  size_t digits = 0;
+  if (fraction && i < v.size() && v[i] == '.') {
+    long double scale = 0.1L;
+    for (size_t k = i + 1; k < v.size() && std::isdigit(static_cast<unsigned char>(v[k])); ++k, ++digits, scale /= 10)
+      frac += scale * (v[k] - '0');
+    if (digits == 0) return 0;
+    i += 1 + digits;
+  }
   std::string unit = upper(v.substr(i));
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   static const std::vector<std::pair<std::string, uint64_t>> units = {
@@ -173,16 +185,21 @@ uint64_t parse_size_string(const std::string& v, bool* too_large, bool* zero) {
   uint64_t mult = 0;
   for (const auto& [u, m] : units)
     if (u == unit) mult = m;
-  if (!num_ok || mult == 0) return 0;
-  if (num == 0) {
-    *zero = true;
-    return 0;
-  }
+  if (!num_ok || mult == 0 || (digits > 0 && mult == 1)) return 0;
   if (num > UINT64_MAX / mult) {
     *too_large = true;
     return 0;
   }
-  return num * mult;
+  const uint64_t extra = static_cast<uint64_t>(frac * static_cast<long double>(mult));
+  if (num * mult > UINT64_MAX - extra) {
+    *too_large = true;
+    return 0;
+  }
+  if (num * mult + extra == 0) {
+    *zero = true;
+    return 0;
+  }
+  return num * mult + extra;
 }
 
 // ---- the parser ---------------------------------------------------------------
@@ -930,9 +947,10 @@ void Parser::parse_mixed_precision(const Entry& e, Recipe& r) {
     const YAML::Node t = a.get("target_size");
     const std::string v = as_string(t, "mixed_precision.target_size");
     bool too_large = false, zero = false;
-    mp.target_bytes = parse_size_string(v, &too_large, &zero);
+    mp.target_bytes = parse_size_string(v, &too_large, &zero, true);
+    if (too_large) fail(t, "mixed_precision.target_size: " + v + " is too large");
     if (mp.target_bytes == 0)
-      fail(t, "mixed_precision.target_size: expected a whole size > 0 such as 4300MiB, 5GB or a byte count, got " +
+      fail(t, "mixed_precision.target_size: expected a size > 0 such as 4.2GiB, 4300MiB, 5GB or a byte count, got " +
                   got(t));
     mp.target_where = pos(mark(t));
   }

@@ -374,6 +374,8 @@ TEST(Recipe, CalibrationAndExportSections) {
   EXPECT_EQ(shard("500MB"), 500000000ull);
   EXPECT_EQ(shard("1000000"), 1000000ull);
   EXPECT_EQ(shard("\"300 mib\""), 300ull << 20);
+  // transformers' whole numbers: a decimal shard size is refused.
+  EXPECT_QF_ERROR(shard("1.5GB"), ErrorKind::InvalidInput, "export.shard_size: expected a size");
 }
 
 // ---- matching -----------------------------------------------------------------------
