@@ -11,6 +11,7 @@
 #include "checkpoint/compressed_tensors.h"
 #include "core/error.h"
 #include "eval/perplexity.h"
+#include "eval/probe_kl.h"
 #include "quantizers/act_quant.h"
 
 namespace qf {
@@ -122,13 +123,6 @@ class StatsObserver final : public rt::LinearObserver {
   }
   std::map<Key, InputStats> stats;
 };
-
-std::vector<float> decode(const rt::Linear& l) {
-  const int64_t rows = l.out_features(), cols = l.in_features();
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) l.decode_row(r, w.data() + r * cols);
-  return w;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -302,18 +296,12 @@ MixedPrecisionResult search_mixed_precision(const rt::Model& model, const Modifi
     spans.push_back(eval::Span{w, 0});
   }
   if (spans.empty()) throw invalid_input(spec.where, "mixed_precision: the calibration data has no window of 2 tokens or more");
-  StatsObserver obs;
-  for (const eval::Span& sp : spans) {
-    const int64_t n = static_cast<int64_t>(sp.tokens.size());
-    rt::KvCache cache = model.make_cache(rt::KvDType::F16, n);
-    const int32_t seq = cache.add_sequence();
-    rt::Batch b;
-    for (int64_t p = 0; p < n; ++p) b.add(sp.tokens[static_cast<size_t>(p)], seq, p, p + 1 == n);
-    std::vector<float> logits;
-    model.forward(b, cache, logits, pool, &obs);
-    r.probe_tokens += n;
-  }
+  // One baseline pass gathers the input statistics and what every probe is
+  // compared with.
+  for (const eval::Span& sp : spans) r.probe_tokens += static_cast<int64_t>(sp.tokens.size());
   r.probe_windows = static_cast<int64_t>(spans.size());
+  StatsObserver obs;
+  const eval::ProbeRunner runner(model, spans, pool, &obs);
 
   // Which items are probed: all, or probe_items spread evenly.
   std::vector<bool> probed(I, spec.probe_items == 0 || spec.probe_items >= static_cast<int64_t>(I));
@@ -324,17 +312,24 @@ MixedPrecisionResult search_mixed_precision(const rt::Model& model, const Modifi
   r.probe_scheme.assign(I, -1);
   r.probe_kl.assign(I, 0.0);
   r.factor.assign(I, 0.0);
-  eval::PplOptions po;
   for (size_t i = 0; i < I; ++i) {
     const MixedItem& item = r.items[i];
     const rt::LayerWeights& L = model.weights().layers[static_cast<size_t>(item.layer)];
     std::vector<std::vector<float>> w;
     float amax = 0;  // the fused set's largest |w| (NVFP4 global scales of q/k/v and gate/up)
     for (const rt::LayerLinearId& id : item.ids) {
-      w.push_back(decode(*rt::layer_linear(L, id)));
+      w.push_back(rt::layer_linear(L, id)->decode_all());
       for (float v : w.back()) amax = std::max(amax, std::fabs(v));
     }
     const bool fused_amax = item.ids.size() > 1 && item.ids[0].expert < 0;
+    // Each member's input second moments, E[x_j^2] (0 without statistics).
+    std::vector<std::vector<double>> h(item.ids.size());
+    for (size_t k = 0; k < item.ids.size(); ++k) {
+      const auto st = obs.stats.find(StatsObserver::key(item.layer, item.ids[k]));
+      h[k].assign(static_cast<size_t>(rt::layer_linear(L, item.ids[k])->in_features()), 0.0);
+      if (st != obs.stats.end() && st->second.n > 0)
+        for (size_t j = 0; j < h[k].size(); ++j) h[k][j] = st->second.sumsq[j] / static_cast<double>(st->second.n);
+    }
     rt::Model trial = model;
     for (size_t s = 0; s < S; ++s) {
       if (!gs[s].quantize_weights) continue;
@@ -352,10 +347,7 @@ MixedPrecisionResult search_mixed_precision(const rt::Model& model, const Modifi
           q.dequantize_row(rr, row.data());
           for (int64_t j = 0; j < cols; ++j) {
             const double d = static_cast<double>(w[k][static_cast<size_t>(rr * cols + j)]) - row[static_cast<size_t>(j)];
-            const double h = st != obs.stats.end() && st->second.n > 0
-                                 ? st->second.sumsq[static_cast<size_t>(j)] / static_cast<double>(st->second.n)
-                                 : 0.0;
-            err += h * d * d;
+            err += h[k][static_cast<size_t>(j)] * d * d;
           }
         }
         r.proxy[i][s] += err;
@@ -371,11 +363,11 @@ MixedPrecisionResult search_mixed_precision(const rt::Model& model, const Modifi
         }
       }
       if (do_probe) {
-        const eval::EvalResult e = eval::evaluate(trial, &model, spans, po, pool);
+        const double kl = runner.kl(trial, item.layer);  // the trial differs from the item's layer on
         r.probe_scheme[i] = static_cast<int>(s);
-        r.probe_kl[i] = std::isfinite(e.kld_mean) ? std::max(0.0, e.kld_mean) : 0.0;
+        r.probe_kl[i] = std::isfinite(kl) ? std::max(0.0, kl) : 0.0;
         r.factor[i] = r.proxy[i][s] > 0 ? r.probe_kl[i] / r.proxy[i][s] : 0.0;
-        if (!std::isfinite(e.kld_mean))
+        if (!std::isfinite(kl))
           throw invalid_input(item.name, "mixed_precision: the probe's KL divergence is not finite");
       }
     }

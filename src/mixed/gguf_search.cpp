@@ -19,7 +19,7 @@
 #include "formats/tokenizer/tokenizer.h"
 #include "mixed/gguf_linears.h"
 #include "mixed/gguf_search_internal.h"
-#include "mixed/probe_kl.h"
+#include "eval/probe_kl.h"
 #include "quantizers/gguf_mix.h"
 #include "quantizers/kquants.h"
 #include "quantizers/mix_knapsack.h"
@@ -267,7 +267,7 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
   po.mode = eval::PplMode::Windows;
   po.ctx = opts.ctx;
   po.max_spans = opts.probe_spans;
-  ProbeRunner runner(*model, eval::make_spans(*tok, text, po, model->max_context(), opts.calib_text.string()), pool);
+  eval::ProbeRunner runner(*model, eval::make_spans(*tok, text, po, model->max_context(), opts.calib_text.string()), pool);
   plan.probe_tokens = runner.tokens_scored();
   // Which tensors are probed: all, or per role a few layers evenly spread.
   std::map<std::string, std::vector<size_t>> by_role;  // role -> tensors in layer order

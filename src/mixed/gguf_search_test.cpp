@@ -9,7 +9,7 @@
 #include "formats/gguf/gguf.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "mixed/gguf_linears.h"
-#include "mixed/probe_kl.h"
+#include "eval/probe_kl.h"
 #include "quantizers/kquants.h"
 #include "runtime/linear.h"
 #include "runtime/model.h"
@@ -48,7 +48,7 @@ TEST(MixedProbe, KlFromStoredLayerInputsEqualsTheFullEvaluation) {
   ThreadPool pool(2);
   const std::unique_ptr<rt::Model> base = rt::load_hf_model(kFixture);
   const std::vector<eval::Span> sp = spans(*base, 2, 128);
-  ProbeRunner runner(*base, sp, pool);
+  eval::ProbeRunner runner(*base, sp, pool);
   EXPECT_EQ(runner.tokens_scored(), 2 * 127);
   EXPECT_EQ(runner.kl(*base, 0), 0.0);
   for (const std::string name : {"blk.2.ffn_down.weight", "output.weight", "token_embd.weight"}) {

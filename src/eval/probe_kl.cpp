@@ -1,34 +1,24 @@
-#include "mixed/probe_kl.h"
-
-#include <cmath>
+#include "eval/probe_kl.h"
 
 #include "core/error.h"
+#include "runtime/cpu/kernels.h"
 
-namespace qf::mixed {
+namespace qf::eval {
 namespace {
 
-rt::Batch span_batch(const eval::Span& s, int32_t seq) {
+rt::Batch span_batch(const Span& s, int32_t seq) {
   rt::Batch b;
   for (size_t i = 0; i < s.tokens.size(); ++i) b.add(s.tokens[i], seq, static_cast<int64_t>(i), true);
   return b;
 }
 
-// log_softmax of one row, in place, in double accumulation.
-void log_softmax(float* row, int64_t n) {
-  float mx = row[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, row[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(row[i] - mx);
-  const double lse = mx + std::log(sum);
-  for (int64_t i = 0; i < n; ++i) row[i] = static_cast<float>(row[i] - lse);
-}
-
 }  // namespace
 
-ProbeRunner::ProbeRunner(const rt::Model& baseline, std::vector<eval::Span> spans, ThreadPool& pool)
+ProbeRunner::ProbeRunner(const rt::Model& baseline, std::vector<Span> spans, ThreadPool& pool,
+                         rt::LinearObserver* observer)
     : base_(baseline), spans_(std::move(spans)), pool_(pool) {
   const int64_t layers = base_.config().num_hidden_layers, h = base_.config().hidden_size, vocab = base_.vocab_size();
-  for (const eval::Span& s : spans_) {
+  for (const Span& s : spans_) {
     const auto n = static_cast<int64_t>(s.tokens.size());
     rt::KvCache cache = base_.make_cache(rt::KvDType::F16, n);
     const rt::Batch b = span_batch(s, cache.add_sequence());
@@ -38,20 +28,19 @@ ProbeRunner::ProbeRunner(const rt::Model& baseline, std::vector<eval::Span> span
     base_.embed(b, x.data());
     for (int64_t l = 0; l < layers; ++l) {
       in.push_back(x);
-      base_.forward_layer(l, b, x.data(), cache, pool_);
+      base_.forward_layer(l, b, x.data(), cache, pool_, observer);
     }
     in.push_back(x);
     std::vector<float> logits;
-    base_.head(b, x.data(), logits, pool_);
+    base_.head(b, x.data(), logits, pool_, observer);
     // Positions 0 .. n-2 predict the next token.
-    std::vector<float> lp(logits.begin(), logits.begin() + (n - 1) * vocab);
-    for (int64_t t = 0; t + 1 < n; ++t) log_softmax(lp.data() + t * vocab, vocab);
-    std::vector<float> p(lp.size());
-    for (size_t i = 0; i < lp.size(); ++i) p[i] = std::exp(lp[i]);
-    base_p_.push_back(std::move(p));
-    scored_ += n - 1;
+    logits.resize(static_cast<size_t>(std::max<int64_t>(0, n - 1) * vocab));
+    std::vector<double> lse(static_cast<size_t>(std::max<int64_t>(0, n - 1)));
+    for (int64_t t = 0; t + 1 < n; ++t) lse[static_cast<size_t>(t)] = rt::logsumexp(logits.data() + t * vocab, vocab);
+    scored_ += std::max<int64_t>(0, n - 1);
     inputs_.push_back(std::move(in));
-    base_logp_.push_back(std::move(lp));
+    base_logits_.push_back(std::move(logits));
+    base_lse_.push_back(std::move(lse));
   }
   if (scored_ <= 0) throw Error(ErrorKind::InvalidInput, "probe text: no token to score (the text is shorter than two tokens)");
 }
@@ -61,6 +50,7 @@ double ProbeRunner::kl(const rt::Model& model, int64_t first_layer) const {
   double sum = 0;
   for (size_t si = 0; si < spans_.size(); ++si) {
     const auto n = static_cast<int64_t>(spans_[si].tokens.size());
+    if (n < 2) continue;
     rt::KvCache cache = model.make_cache(rt::KvDType::F16, n);
     const rt::Batch b = span_batch(spans_[si], cache.add_sequence());
     model.check_batch(b, cache);
@@ -74,18 +64,15 @@ double ProbeRunner::kl(const rt::Model& model, int64_t first_layer) const {
     for (int64_t l = std::max<int64_t>(0, first_layer); l < layers; ++l) model.forward_layer(l, b, x.data(), cache, pool_);
     std::vector<float> logits;
     model.head(b, x.data(), logits, pool_);
-    const std::vector<float>& lp = base_logp_[si];
+    const float* base = base_logits_[si].data();
+    const std::vector<double>& base_lse = base_lse_[si];
     // Per position, in parallel; summed in position order.
     std::vector<double> per(static_cast<size_t>(n - 1));
     pool_.parallel_for(n - 1, 64, [&](const Chunk& ch) {
       for (int64_t t = ch.begin; t < ch.end; ++t) {
-        float* q = logits.data() + t * vocab;
-        log_softmax(q, vocab);
-        const float* lpt = lp.data() + t * vocab;
-        const float* pt = base_p_[si].data() + t * vocab;
-        double k = 0;
-        for (int64_t i = 0; i < vocab; ++i) k += static_cast<double>(pt[i]) * (static_cast<double>(lpt[i]) - q[i]);
-        per[static_cast<size_t>(t)] = k;
+        const float* q = logits.data() + t * vocab;
+        per[static_cast<size_t>(t)] =
+            rt::kl_divergence(base + t * vocab, base_lse[static_cast<size_t>(t)], q, rt::logsumexp(q, vocab), vocab);
       }
     });
     for (double k : per) sum += k;
@@ -93,4 +80,4 @@ double ProbeRunner::kl(const rt::Model& model, int64_t first_layer) const {
   return sum / static_cast<double>(scored_);
 }
 
-}  // namespace qf::mixed
+}  // namespace qf::eval
