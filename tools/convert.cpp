@@ -4,6 +4,7 @@
 // quantforge convert MODEL --to gguf (--target-bpw B | --target-size S) --calib TEXT [--imatrix F]
 //                   [--types LIST] [--dry-run] [--json F] -o OUT.gguf   (mixed precision to a size budget)
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -41,7 +42,8 @@ bool budget_flags(const ConvertOpts& o) {
 
 // The allocation for a size budget: printed (--dry-run) and written as JSON
 // next to the output (or to --json).
-mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path& dir, ThreadPool& pool) {
+mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path& dir,
+                               const std::function<void(const std::string&)>& note, ThreadPool& pool) {
   if (o.type_given) throw Error(ErrorKind::Usage, "--type and a size budget (--target-bpw / --target-size) exclude each other");
   if (o.output_type_given || o.token_embd_type_given)
     throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type do not combine with a size budget (restrict --types instead)");
@@ -53,10 +55,7 @@ mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path
   m.calib_text = o.calib;
   m.probe_spans = o.probe_spans;
   m.max_probes = o.max_probes;
-  const bool quiet = Progress::quiet();
-  m.note = [quiet](const std::string& s) {
-    if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
-  };
+  m.note = note;
   std::unique_ptr<Progress> bar;
   std::string bar_phase;
   m.progress = [&](const std::string& phase, int64_t done, int64_t total) {
@@ -67,8 +66,6 @@ mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path
     }
     bar->set(done);
   };
-  if (!o.sensitivity.empty() && !o.types.empty())
-    throw Error(ErrorKind::Usage, "--sensitivity reuses a plan's measurements: --types does not apply");
   mixed::GgufMixPlan plan = mixed::plan_for_budget(dir, m, o.sensitivity, pool);
   if (bar) bar->finish();
   return plan;
@@ -87,22 +84,21 @@ void run_gguf(const ConvertOpts& o) {
   if (o.token_embd_type_given)
     g.overrides.token_embd = gguf_mix::parse_tensor_type(o.token_embd_type, "--token-embedding-type");
   const ResolvedModel m = resolve_model(o.input);
-  if (!budget_given(o)) {
-    if (budget_flags(o))
-      throw Error(ErrorKind::Usage, "--types, --calib, --sensitivity, --dry-run and --json apply to a size budget (--target-bpw or --target-size)");
-  }
+  if (!budget_given(o) && budget_flags(o))
+    throw Error(ErrorKind::Usage, "--types, --calib, --sensitivity, --dry-run and --json apply to a size budget (--target-bpw or --target-size)");
   if (!o.dry_run) check_output_file(o.out, {m.dir, o.imatrix, o.calib, o.sensitivity}, o.force, false, "-o");
+  // The plan's JSON: --json, else beside the model a conversion writes (a dry run writes none).
   std::filesystem::path json = o.json;
-  if (budget_given(o) && json.empty()) json = std::filesystem::path(o.out).replace_extension(".mix.json");
-  if (!json.empty() && !o.dry_run) check_output_file(json, {m.dir, o.imatrix, o.calib, o.out, o.sensitivity}, o.force, false, "--json");
+  if (budget_given(o) && json.empty() && !o.dry_run) json = std::filesystem::path(o.out).replace_extension(".mix.json");
+  if (!json.empty()) check_output_file(json, {m.dir, o.imatrix, o.calib, o.out, o.sensitivity}, o.force, false, "--json");
   const bool quiet = Progress::quiet();
   g.note = [quiet](const std::string& s) {
     if (!quiet) std::fprintf(stderr, "note: %s\n", s.c_str());
   };
   if (budget_given(o)) {
-    const mixed::GgufMixPlan plan = plan_budget(o, m.dir, pool);
+    const mixed::GgufMixPlan plan = plan_budget(o, m.dir, g.note, pool);
     if (o.dry_run || !quiet) std::fputs(mixed::format_gguf_mix(plan).c_str(), o.dry_run ? stdout : stderr);
-    if (!o.json.empty() || !o.dry_run) write_output_file(json, mixed::gguf_mix_json(plan).dump(2) + "\n");
+    if (!json.empty()) write_output_file(json, mixed::gguf_mix_json(plan).dump(2) + "\n");
     if (o.dry_run) return;
     mixed::apply_plan(plan, g);
   }

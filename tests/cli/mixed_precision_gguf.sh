@@ -105,6 +105,12 @@ expect_exit 3 "below the smallest file the types allow" -- "$QF" -q convert "$fx
   --imatrix "$WORK/im.gguf" --probe-spans 1 -o "$out"
 expect_exit 3 "below the smallest file the types allow" -- "$QF" -q convert "$fx" --to gguf --target-bpw 5 --types q8_0 \
   --calib "$calib" --imatrix "$WORK/im.gguf" --probe-spans 1 -o "$out"
+echo keep >"$WORK/kept.json"
+expect_exit 5 "kept.json: --json already exists" -- "$QF" convert "$fx" --to gguf --target-bpw 5 --calib "$calib" --dry-run \
+  --json "$WORK/kept.json" -o "$out"
+[[ $(cat "$WORK/kept.json") == keep ]] && ok "a dry run does not replace an existing --json" || fail "--json replaced by a dry run"
+expect_exit 2 "the types do not apply" -- "$QF" convert "$fx" --to gguf --target-bpw 4.4 --types q4_K \
+  --sensitivity "$WORK/mix.mix.json" -o "$out"
 [[ ! -e "$out" && ! -e "$WORK/bad.mix.json" ]] && ok "no output after the failures" || fail "partial output left: $(ls "$WORK")"
 
 finish
