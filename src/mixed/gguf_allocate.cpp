@@ -31,9 +31,6 @@ std::pair<uint64_t, uint64_t> size_range(const GgufMixPlan& plan) {
   return {smallest, largest};
 }
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 }  // namespace
 
 uint64_t budget_of(const GgufMixPlan& plan, const GgufMixOptions& opts) {
@@ -59,7 +56,7 @@ void check_budget(const GgufMixPlan& plan, uint64_t budget) {
 // The exact allocation at `budget`, the curve and the Lagrangian answer.
 void allocate(GgufMixPlan& plan, uint64_t budget) {
   check_budget(plan, budget);
-  const auto t0 = Clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   plan.budget_bytes = budget;
   const uint64_t fixed = fixed_bytes(plan);
   const auto [smallest, largest] = size_range(plan);
@@ -92,7 +89,7 @@ void allocate(GgufMixPlan& plan, uint64_t budget) {
   for (size_t k = 0; k < items.size(); ++k) plan.tensors[item_tensor[k]].lagrangian = lag.choice[k];
   plan.lagrangian_bytes = lag.bytes + fixed;
   plan.lagrangian_kl = lag.cost;
-  plan.seconds_solve = since(t0);
+  plan.seconds_solve = seconds_since(t0);
 }
 
 Imatrix read_or_compute_imatrix(const rt::Model& model, const Tokenizer& tok, const std::string& text,

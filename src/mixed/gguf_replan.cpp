@@ -71,11 +71,7 @@ GgufMixPlan replan_gguf_mix(const nlohmann::json& j, const std::string& where, c
   Checkpoint ck = Checkpoint::open(dir);
   const GgufLayout layout = gguf_layout(c, ck, dir.string());
   std::map<std::string, uint64_t> params;
-  for (const gguf_mix::TensorDesc& d : layout.descs) {
-    uint64_t n = 1;
-    for (int64_t x : d.ne) n *= static_cast<uint64_t>(x);
-    params[d.name] = n;
-  }
+  for (const gguf_mix::TensorDesc& d : layout.descs) params[d.name] = detail::elements(d.ne);
   if (params.size() != plan.tensors.size())
     throw Error(ErrorKind::InvalidInput, where + ": the plan has " + std::to_string(plan.tensors.size()) + " tensors, the model " +
                                              dir.string() + " " + std::to_string(params.size()));

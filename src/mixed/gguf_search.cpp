@@ -35,7 +35,7 @@ using detail::read_or_compute_imatrix;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using detail::seconds_since;
 
 uint64_t padded(uint64_t bytes) { return (bytes + kGgufDefaultAlignment - 1) / kGgufDefaultAlignment * kGgufDefaultAlignment; }
 
@@ -49,6 +49,9 @@ double bits_of(uint32_t type) {
   const GgmlTypeInfo* i = ggml_type_info(type);
   return 8.0 * i->type_size / i->block_size;
 }
+
+// The tensor's predicted KL divergence at weighted error `e`.
+double predicted_kl(const GgufMixTensor& t, double e) { return e > 0 ? t.scale * std::pow(e, t.power) : 0; }
 
 // The importance-weighted squared error of `type` on a row sample of every
 // slab of the tensor, scaled to all rows.
@@ -203,8 +206,7 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
     const gguf_mix::TensorDesc& d = descs[i];
     GgufMixTensor t;
     t.name = d.name;
-    t.parameters = 1;
-    for (int64_t x : d.ne) t.parameters *= static_cast<uint64_t>(x);
+    t.parameters = detail::elements(d.ne);
     plan.parameters += t.parameters;
     t.searched = gguf_mix::allows_quantization(d);
     if (!t.searched) {
@@ -235,30 +237,30 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
   plan.imatrix_data = std::make_shared<Imatrix>(read_or_compute_imatrix(*model, *tok, text, opts, pool));
   const Imatrix& imatrix = *plan.imatrix_data;
   plan.imatrix = opts.imatrix.empty() ? kComputedFrom + opts.calib_text.string() : opts.imatrix.string();
-  plan.seconds_imatrix = since(t0);
+  plan.seconds_imatrix = seconds_since(t0);
 
+  // Each tensor's Linears and importance (none for the embedding, whose rows
+  // are looked up, not multiplied).
+  std::vector<TensorLinears> linears(descs.size());
   for (size_t i = 0; i < descs.size(); ++i) {
     if (!plan.tensors[i].searched) continue;
-    if (!imatrix.entries.count(descs[i].name) && descs[i].name != "token_embd.weight" && opts.note)
+    linears[i] = tensor_linears(*model, descs[i].name);
+    if (linears[i].embedding) continue;
+    if (!imatrix.entries.count(descs[i].name) && opts.note)
       opts.note(descs[i].name + ": no importance data in the imatrix; its errors are unweighted");
     importance[i] = imatrix.importance(descs[i].name);
   }
   // Errors of every (tensor, type), in parallel over the pairs.
   t0 = Clock::now();
-  std::vector<TensorLinears> linears(descs.size());
-  for (size_t i = 0; i < descs.size(); ++i)
-    if (plan.tensors[i].searched) linears[i] = tensor_linears(*model, descs[i].name);
   std::vector<double> job_error(jobs.size());
   pool.parallel_for(static_cast<int64_t>(jobs.size()), 1, [&](const Chunk& ch) {
     for (int64_t j = ch.begin; j < ch.end; ++j) {
       const Job& job = jobs[static_cast<size_t>(j)];
-      const TensorLinears& tl = linears[job.tensor];
-      const std::vector<float>& imp = tl.embedding ? std::vector<float>{} : importance[job.tensor];
-      job_error[static_cast<size_t>(j)] = weighted_error(tl, imp, job.type, opts.max_sample_rows);
+      job_error[static_cast<size_t>(j)] = weighted_error(linears[job.tensor], importance[job.tensor], job.type, opts.max_sample_rows);
     }
   });
   for (size_t j = 0; j < jobs.size(); ++j) errors[jobs[j].tensor][jobs[j].type] = job_error[j];
-  plan.seconds_errors = since(t0);
+  plan.seconds_errors = seconds_since(t0);
 
   // Probes: the measured KL with only this tensor quantized, at the lowest
   // type and at the type nearest 4.5 bits.
@@ -348,10 +350,10 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
     if (!t.searched) continue;
     for (GgufCandidate& cd : t.candidates) {
       cd.error = errors[i][cd.type];
-      cd.predicted_kl = cd.error > 0 ? t.scale * std::pow(cd.error, t.power) : 0;
+      cd.predicted_kl = predicted_kl(t, cd.error);
     }
   }
-  plan.seconds_probes = since(t0);
+  plan.seconds_probes = seconds_since(t0);
 
   for (size_t k = 0; k < preset_types.size(); ++k) {
     uint64_t bytes = 0;
@@ -359,11 +361,7 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
     for (size_t i = 0; i < descs.size(); ++i) {
       const uint32_t type = preset_types[k][i];
       bytes += tensor_bytes(type, descs[i].ne);
-      const GgufMixTensor& t = plan.tensors[i];
-      if (t.searched) {
-        const double e = errors[i][type];
-        kl += e > 0 ? t.scale * std::pow(e, t.power) : 0;
-      }
+      if (plan.tensors[i].searched) kl += predicted_kl(plan.tensors[i], errors[i][type]);
     }
     plan.presets.push_back({preset_names[k], bytes + plan.fixed_extra_bytes, kl});
   }

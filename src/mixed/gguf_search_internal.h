@@ -1,7 +1,9 @@
 // What the GGUF search's files share (not part of the interface).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <vector>
 #include <string>
 
 #include "formats/gguf/imatrix.h"
@@ -10,6 +12,17 @@
 #include "runtime/model.h"
 
 namespace qf::mixed::detail {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A tensor's elements from its ne.
+inline uint64_t elements(const std::vector<int64_t>& ne) {
+  uint64_t n = 1;
+  for (int64_t x : ne) n *= static_cast<uint64_t>(x);
+  return n;
+}
 
 // plan.imatrix for an imatrix computed from a text: this, then the text's path.
 inline const std::string kComputedFrom = "computed from ";
