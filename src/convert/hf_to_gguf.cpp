@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <regex>
@@ -181,21 +180,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   const std::map<std::string, std::vector<uint64_t>>& ne_of = layout.ne_of;
   const std::vector<gguf_mix::TensorDesc>& descs = layout.descs;
   gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.num_experts};
-  std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
-  // An allocation's per-tensor types (mixed precision) replace the preset's.
-  for (gguf_mix::TensorPlan& p : plans) {
-    const auto it = opts.tensor_types.find(p.name);
-    if (it == opts.tensor_types.end()) continue;
-    const gguf_mix::TensorDesc& d = *std::find_if(descs.begin(), descs.end(), [&](const auto& x) { return x.name == p.name; });
-    const GgmlTypeInfo* info = ggml_type_info(it->second);
-    if (!gguf_mix::allows_quantization(d) || !info || !kquants::is_supported(it->second) || d.ne[0] % info->block_size != 0)
-      throw invalid_input(p.name, std::string("cannot be stored as ") + (info ? info->name : "an unknown type"));
-    p.type = it->second;
-    p.quantized = info->block_size > 1;
-    p.note.clear();
-  }
-  for (const auto& [name, type] : opts.tensor_types)
-    if (!ne_of.count(name)) throw invalid_input(where, "the allocation names tensor '" + name + "', which the model does not have");
+  const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
 
   GgufWriter w(out);
   // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/

@@ -30,11 +30,9 @@ struct GgufConvertOptions {
   std::shared_ptr<const Imatrix> imatrix_data;
   std::function<void(const std::string&)> note;  // messages (fallbacks, missing imatrix entries)
   bool allow_nonfinite = false;          // false: a NaN/Inf weight is InvalidInput naming the tensor
-  gguf_mix::TypeOverrides overrides;     // llama-quantize's --output-tensor-type / --token-embedding-type
-  // Per-tensor types chosen elsewhere (a size budget's allocation, by GGUF
-  // name), replacing the preset's for those tensors; each must be a
-  // quantizable tensor whose row length the type's block size divides.
-  std::map<std::string, uint32_t> tensor_types;
+  // llama-quantize's --output-tensor-type / --token-embedding-type, and a
+  // size budget's per-tensor types (gguf_mix::TypeOverrides::tensors).
+  gguf_mix::TypeOverrides overrides;
 };
 
 struct GgufConvertResult {

@@ -103,7 +103,7 @@ GgufMixPlan replan_gguf_mix(const nlohmann::json& j, const std::string& where, c
 }
 
 void apply_plan(const GgufMixPlan& plan, GgufConvertOptions& g) {
-  g.tensor_types = plan.types();
+  g.overrides.tensors = plan.types();
   g.imatrix_data = plan.imatrix_data;
   if (g.imatrix.empty()) g.imatrix = plan.imatrix;
   g.preset = plan.file_type_preset();

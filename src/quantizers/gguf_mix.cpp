@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/gguf/gguf.h"
+#include "quantizers/kquants.h"
 
 namespace qf::gguf_mix {
 
@@ -325,6 +326,8 @@ std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<Te
       if (d <= 0) throw invalid_input(t.name, "dimension " + std::to_string(d) + " is not positive");
     if (!seen.insert(t.name).second) throw invalid_input(t.name, "duplicate tensor name");
   }
+  for (const auto& [name, type] : overrides.tensors)
+    if (!seen.count(name)) throw invalid_input(name, "a per-tensor type for a tensor the model does not have");
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const TensorDesc& a, const TensorDesc& b) { return weight_name_less(a.name, b.name); });
 
@@ -360,11 +363,20 @@ std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<Te
       tp.type = type;
     }
     // llama-quantize sets these last, by exact name, with no fallback.
+    const auto per_tensor = overrides.tensors.find(t.name);
+    if (per_tensor != overrides.tensors.end() && !allows_quantization(t))
+      throw invalid_input(t.name, std::string("a per-tensor type for a tensor llama.cpp never quantizes"));
     if (allows_quantization(t)) {
       const char* flag = nullptr;
       if (overrides.token_embd != kNoOverride && t.name == "token_embd.weight")
         tp.type = overrides.token_embd, flag = "--token-embedding-type";
       if (overrides.output != kNoOverride && t.name == "output.weight") tp.type = overrides.output, flag = "--output-tensor-type";
+      if (per_tensor != overrides.tensors.end()) {
+        if (!ggml_type_info(per_tensor->second) || !kquants::is_supported(per_tensor->second))
+          throw invalid_input(t.name, "per-tensor type " + std::to_string(per_tensor->second) + " cannot be written");
+        tp.type = per_tensor->second, flag = "the per-tensor type";
+        tp.note.clear();
+      }
       if (flag && t.ne[0] % block_size(tp.type) != 0)
         throw invalid_input(t.name, std::string(flag) + " " + type_name(tp.type) + ": the row length " +
                                         std::to_string(t.ne[0]) + " is not a multiple of its block size " +

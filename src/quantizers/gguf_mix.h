@@ -10,7 +10,8 @@
 // processes the tensors in, which matters because the attn_v / ffn_down rules
 // count tensors as they go). Only the presets listed in presets() are
 // supported (no IQ*, TQ*, MXFP4, Q2_K_S); --output-tensor-type and
-// --token-embedding-type are (TypeOverrides), --tensor-type, --pure and
+// --token-embedding-type are (TypeOverrides), and types by exact tensor name
+// (TypeOverrides::tensors; not --tensor-type's regexes); --pure and
 // --leave-output-tensor are not.
 //
 // Rules in short (k-quant presets):
@@ -47,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,10 @@ struct TensorPlan {
 inline constexpr uint32_t kNoOverride = ~0u;
 struct TypeOverrides {
   uint32_t output = kNoOverride, token_embd = kNoOverride;
+  // Types by exact tensor name (a size budget's allocation, docs/mixed-
+  // precision.md), applied last like the two above: each must name a tensor
+  // llama-quantize quantizes, with a type whose block divides its row length.
+  std::map<std::string, uint32_t> tensors;
 };
 // A ggml type name as llama-quantize takes it ("q6_K", "Q8_0", "f16"; case-
 // insensitive) among the types the converter writes, the presets' base types:
@@ -100,8 +106,9 @@ uint32_t parse_tensor_type(const std::string& name, const std::string& flag);
 // One plan per tensor, in llama.cpp's processing order (sorted_tensor_order).
 // Errors: InvalidInput for a bad description (n_layer < 1, empty or non-positive
 // ne, duplicate names, an MoE ffn tensor whose "blk.N." is missing or out of
-// range) or an override type whose block size does not divide the tensor's
-// row length.
+// range), an override type whose block size does not divide the tensor's
+// row length, or a per-tensor override naming a tensor that is absent or
+// never quantized, or a type kquants cannot write.
 std::vector<TensorPlan> plan(const Preset& p, const ModelDesc& m, std::vector<TensorDesc> tensors, bool has_imatrix,
                              const TypeOverrides& overrides = {});
 

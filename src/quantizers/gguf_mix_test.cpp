@@ -407,6 +407,32 @@ TEST(GgufMix, OutputAndTokenEmbeddingTypeOverrides) {
   EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, out_only), qf::ErrorKind::InvalidInput,
                   "--output-tensor-type q5_K: the row length 288 is not a multiple of its block size 256");
 
+  // Per-tensor types (a size budget's allocation): set last by exact name,
+  // the preset's fallback note dropped, the same row-length rule; refused for
+  // a tensor the model lacks and for one llama.cpp never quantizes.
+  TypeOverrides per;
+  per.tensors = {{"blk.1.ffn_down.weight", gt::Q2_K}, {"token_embd.weight", gt::Q6_K}, {"output.weight", gt::Q5_0}};
+  m = by_name(plan(q4, kLlama7B, llama_layout(32, 4096, 11008, 4096, 32000), false, per));
+  EXPECT_EQ(m.at("blk.1.ffn_down.weight").type, gt::Q2_K);
+  EXPECT_EQ(m.at("token_embd.weight").type, gt::Q6_K);
+  EXPECT_EQ(m.at("output.weight").type, gt::Q5_0);
+  EXPECT_EQ(m.at("blk.5.ffn_down.weight").type, gt::Q4_K);  // the rest as the preset says
+  TypeOverrides fb;
+  fb.tensors = {{"blk.0.attn_q.weight", gt::Q4_0}};  // rows of 288: the preset's q4_K falls back to q5_0 with a note
+  EXPECT_FALSE(by_name(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false)).at("blk.0.attn_q.weight").note.empty());
+  m = by_name(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, fb));
+  EXPECT_EQ(m.at("blk.0.attn_q.weight").type, gt::Q4_0);
+  EXPECT_TRUE(m.at("blk.0.attn_q.weight").note.empty());
+  fb.tensors = {{"blk.0.attn_q.weight", gt::Q4_K}};
+  EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, fb), qf::ErrorKind::InvalidInput,
+                  "the per-tensor type q4_K: the row length 288 is not a multiple of its block size 256");
+  fb.tensors = {{"blk.9.ffn_down.weight", gt::Q4_0}};
+  EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, fb), qf::ErrorKind::InvalidInput,
+                  "blk.9.ffn_down.weight: a per-tensor type for a tensor the model does not have");
+  fb.tensors = {{"blk.0.attn_norm.weight", gt::Q8_0}};
+  EXPECT_QF_ERROR(plan(q4, small, llama_layout(2, 288, 768, 288, 512), false, fb), qf::ErrorKind::InvalidInput,
+                  "a per-tensor type for a tensor llama.cpp never quantizes");
+
   EXPECT_EQ(parse_tensor_type("Q6_k", "--output-tensor-type"), gt::Q6_K);
   EXPECT_EQ(parse_tensor_type("bf16", "--output-tensor-type"), gt::BF16);
   EXPECT_QF_ERROR(parse_tensor_type("iq4_xs", "--output-tensor-type"), qf::ErrorKind::Usage,
