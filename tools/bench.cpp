@@ -18,6 +18,7 @@ struct BenchOpts {
   KvFlags kv;
   int64_t p = 512, n = 128, batch = 1;
   int reps = 1, threads = 0;
+  LoraFlags lora;
 };
 
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
@@ -27,7 +28,7 @@ void run_bench(const BenchOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
   if (!o.json_out.empty()) check_output_file(o.json_out, {model_input_path(o.model)}, true, true, "--json");
-  std::unique_ptr<rt::Model> model = rt::load_model(o.model, kind);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model, kind, o.lora.load());
   eval::BenchOptions b;
   b.prompt = o.p, b.gen = o.n, b.batch = o.batch, b.reps = o.reps, b.kv_dtype = o.kv.format();
   if (!o.kv_budget.empty()) b.kv_budget = parse_memory_size(o.kv_budget, "--kv-budget");
@@ -81,6 +82,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-n", o->n, "generated tokens per sequence (default 128; 0: prefill only)")->check(int_range(0, 1 << 24));
   cmd->add_option("--batch", o->batch, "sequences decoded together (default 1)")->check(int_range(1, 4096));
   add_kv_options(cmd, o->kv);
+  add_lora_options(cmd, o->lora, true);
   cmd->add_option("--kv-budget", o->kv_budget, "report how many tokens a KV cache of this size holds (e.g. 8GiB)");
   cmd->add_option("--reps", o->reps, "repetitions, best reported (default 1)")->check(int_range(1, 1000));
   cmd->add_option("--json", o->json_out, "write the results as JSON to this file (a pipe or /dev/stdout is written through)");

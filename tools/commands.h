@@ -23,6 +23,7 @@ void register_quantize(CLI::App& app);
 void register_report(CLI::App& app);
 void register_batch(CLI::App& app);
 void register_kv_sweep(CLI::App& app);
+void register_merge(CLI::App& app);
 
 // The pool for a command's --threads value: 0 gives the global pool (QF_THREADS
 // or every core), N > 0 a pool of N threads kept in `holder`.

@@ -3,6 +3,9 @@
 //                   [--token-embedding-type T] -o OUT.gguf   (Hugging Face -> GGUF)
 // quantforge convert MODEL --to gguf (--target-bpw B | --target-size S) --calib TEXT [--imatrix F]
 //                   [--types LIST] [--dry-run] [--json F] -o OUT.gguf   (mixed precision to a size budget)
+// quantforge convert ADAPTER --to gguf-lora --base MODEL [--type F16|BF16|F32] -o A.gguf
+//                   (PEFT LoRA adapter -> llama.cpp's LoRA adapter GGUF)
+// --lora DIR[:SCALE] (repeatable) merges adapters into MODEL before --to gguf.
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -13,6 +16,7 @@
 #include "core/io.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "convert/gguf_lora.h"
 #include "convert/hf_to_gguf.h"
 #include "formats/hf/resolve.h"
 #include "formats/llama2c/llama2c_model.h"
@@ -33,6 +37,8 @@ struct ConvertOpts {
   std::string target_size, types, calib, json, sensitivity;
   int64_t probe_spans = 4, max_probes = 64;
   bool dry_run = false, type_given = false;
+  LoraFlags lora;
+  std::string base;  // --to gguf-lora: the adapter's base model
 };
 
 bool budget_given(const ConvertOpts& o) { return o.target_bpw || !o.target_size.empty(); }
@@ -56,6 +62,7 @@ mixed::GgufMixPlan plan_budget(const ConvertOpts& o, const std::filesystem::path
   m.probe_spans = o.probe_spans;
   m.max_probes = o.max_probes;
   m.note = note;
+  m.loras = o.lora.specs();
   std::unique_ptr<Progress> bar;
   std::string bar_phase;
   m.progress = [&](const std::string& phase, int64_t done, int64_t total) {
@@ -79,6 +86,7 @@ void run_gguf(const ConvertOpts& o) {
   g.preset = o.type;
   g.imatrix = o.imatrix;
   g.allow_nonfinite = o.allow_nonfinite;
+  g.loras = o.lora.specs();
   // Flags first: a bad value is a usage error whatever the model.
   if (o.output_type_given) g.overrides.output = gguf_mix::parse_tensor_type(o.output_type, "--output-tensor-type");
   if (o.token_embd_type_given)
@@ -86,6 +94,7 @@ void run_gguf(const ConvertOpts& o) {
   const ResolvedModel m = resolve_model(o.input);
   if (!budget_given(o) && budget_flags(o))
     throw Error(ErrorKind::Usage, "--types, --calib, --sensitivity, --dry-run and --json apply to a size budget (--target-bpw or --target-size)");
+  if (!o.base.empty()) throw Error(ErrorKind::Usage, "--base applies to --to gguf-lora");
   if (!o.dry_run) check_output_file(o.out, {m.dir, o.imatrix, o.calib, o.sensitivity}, o.force, false, "-o");
   // The plan's JSON: --json, else beside the model a conversion writes (a dry run writes none).
   std::filesystem::path json = o.json;
@@ -111,9 +120,33 @@ void run_gguf(const ConvertOpts& o) {
                  static_cast<double>(r.input_bytes) / 1e6 / std::max(r.seconds, 1e-9));
 }
 
+void run_gguf_lora(const ConvertOpts& o) {
+  if (o.base.empty()) throw Error(ErrorKind::Usage, "--to gguf-lora needs --base MODEL (the Hugging Face model the adapter was trained on)");
+  if (!o.lora.adapters.empty()) throw Error(ErrorKind::Usage, "--lora applies to --to gguf; the adapter of --to gguf-lora is the input");
+  if (!o.imatrix.empty() || budget_flags(o) || o.output_type_given || o.token_embd_type_given || o.allow_nonfinite)
+    throw Error(ErrorKind::Usage, "--to gguf-lora takes --base, --type (F16, BF16 or F32), -o and --force");
+  DType type = DType::F16;
+  if (o.type == "F32" || o.type == "f32") type = DType::F32;
+  else if (o.type == "BF16" || o.type == "bf16") type = DType::BF16;
+  else if (o.type != "F16" && o.type != "f16")
+    throw Error(ErrorKind::Usage, "--type " + o.type + ": a GGUF LoRA adapter is written in F16 (default), BF16 or F32");
+  const LoraSpec spec = parse_lora_spec(o.input, "convert");
+  const ResolvedModel base = resolve_model(o.base);
+  check_output_file(o.out, {spec.path, base.dir}, o.force, false, "-o");
+  const GgufLoraResult r = write_gguf_lora(spec, base.dir, o.out, type);
+  if (!Progress::quiet())
+    std::fprintf(stderr, "wrote %s: %lld tensors, adapter.lora.alpha %g%s, %.2f MiB\n", r.path.c_str(),
+                 static_cast<long long>(r.tensors), static_cast<double>(r.alpha),
+                 r.rescaled ? (", " + std::to_string(r.rescaled) + " lora_b rescaled to their own scale").c_str() : "",
+                 static_cast<double>(r.bytes) / 1048576.0);
+}
+
 void run_convert(const ConvertOpts& o) {
   namespace fs = std::filesystem;
   if (o.to == "gguf") return run_gguf(o);
+  if (o.to == "gguf-lora") return run_gguf_lora(o);
+  if (!o.lora.adapters.empty()) throw Error(ErrorKind::Usage, "--lora applies to --to gguf");
+  if (!o.base.empty()) throw Error(ErrorKind::Usage, "--base applies to --to gguf-lora");
   if (!o.imatrix.empty()) throw Error(ErrorKind::Usage, "--imatrix applies to --to gguf");
   if (budget_flags(o))
     throw Error(ErrorKind::Usage, "--target-bpw, --target-size, --types, --calib, --sensitivity, --dry-run and --json apply to --to gguf");
@@ -121,7 +154,8 @@ void run_convert(const ConvertOpts& o) {
   if (o.output_type_given || o.token_embd_type_given)
     throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type apply to --to gguf");
   if (o.to != "hf")
-    throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder) or 'gguf', got '" + o.to + "'");
+    throw Error(ErrorKind::Usage, "--to must be 'hf' (llama2.c checkpoint -> Hugging Face folder), 'gguf' or 'gguf-lora' "
+                                  "(PEFT adapter -> llama.cpp adapter), got '" + o.to + "'");
   if (fs::is_directory(o.input))
     throw unsupported(o.input, "is already a folder; --to hf converts llama2.c checkpoints (.bin)");
   if (o.tokenizer.empty())
@@ -136,7 +170,9 @@ void register_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOpts>();
   CLI::App* cmd = app.add_subcommand("convert", "Convert a model: Hugging Face -> GGUF (with k-quant presets), llama2.c -> Hugging Face");
   cmd->add_option("input", o->input, "the model to convert: a Hugging Face folder or cache id (--to gguf), a llama2.c .bin (--to hf)")->required();
-  cmd->add_option("--to", o->to, "target format: gguf or hf")->required();
+  cmd->add_option("--to", o->to, "target format: gguf, gguf-lora or hf")->required();
+  cmd->add_option("--base", o->base, "gguf-lora: the Hugging Face model the adapter was trained on");
+  add_lora_options(cmd, o->lora, false);
   CLI::Option* type = cmd->add_option("--type", o->type, "gguf: F32 F16 BF16 Q8_0 Q6_K Q5_K_S Q5_K_M Q4_K_S Q4_K_M Q3_K_S Q3_K_M Q3_K_L Q2_K Q4_0 Q4_1 Q5_0 Q5_1 (default F16)");
   cmd->add_option("--imatrix", o->imatrix, "gguf: importance matrix (.gguf or llama.cpp .dat) weighting the quantization");
   CLI::Option* output_type = cmd->add_option(

@@ -26,6 +26,7 @@ struct EvalOpts {
   std::optional<double> max_delta, max_ratio, max_kld;
   int threads = 0;
   std::string device = "cpu";
+  LoraFlags lora, baseline_lora;
 };
 
 std::string table(const EvalOpts& o, const eval::EvalResult& r) {
@@ -79,6 +80,7 @@ void run_eval(const EvalOpts& o) {
   req.kv = o.kv.both, req.kv_k = o.kv.k, req.kv_v = o.kv.v, req.kv_rotation = o.kv.rotation;
   req.kv_f16_edge = o.kv.f16_edge;
   req.baseline_kv = o.baseline_kv, req.kv_calibration = o.kv_calibration;
+  req.lora = o.lora.load(), req.baseline_lora = o.baseline_lora.load();
   req.gate = eval::Gate{o.max_delta, o.max_ratio, o.max_kld};
   eval::check_gate_bounds(req.gate, eval::GateBoundNames::flags());  // the flags' checks apply the same rule
   if (req.gate.any() && o.baseline.empty())
@@ -137,6 +139,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--max-kld", o->max_kld, "gate: fail (exit 10) if the mean KL divergence exceeds K")
       ->check(gate_bound(eval::GateBound::Kld));
   add_kv_options(cmd, o->kv);
+  add_lora_options(cmd, o->lora, true);
+  add_lora_options(cmd, o->baseline_lora, true, "baseline-");
   cmd->add_option("--kld-bucket", o->bucket, "with --baseline: KL by position in buckets of N tokens (default 512)")
       ->check(int_at_least(1));
   cmd->add_option("--baseline-kv-dtype", o->baseline_kv, "the baseline's KV-cache type (default f16)");

@@ -129,4 +129,25 @@ void add_kv_options(CLI::App* cmd, KvFlags& kv) {
       ->check(int_range(0, 1 << 20));
 }
 
+rt::LoraLoad LoraFlags::load() const {
+  rt::LoraLoad l;
+  for (const std::string& a : adapters) l.adapters.push_back(parse_lora_spec(a, "--" + prefix + "lora"));
+  l.mode = rt::parse_lora_mode(mode, "--" + prefix + "lora-mode");
+  return l;
+}
+
+void add_lora_options(CLI::App* cmd, LoraFlags& lora, bool with_mode, const std::string& prefix) {
+  lora.prefix = prefix;
+  const std::string whose = prefix.empty() ? "" : " of the baseline";
+  cmd->add_option("--" + prefix + "lora", lora.adapters,
+                  "a PEFT LoRA adapter folder (a GGUF adapter for a GGUF model)" + whose +
+                      ", DIR or DIR:SCALE; repeat to apply several in order")
+      ->take_all()
+      ->allow_extra_args(false);
+  if (with_mode)
+    cmd->add_option("--" + prefix + "lora-mode", lora.mode,
+                    "merge the adapters into the weights, apply them in the forward, or auto (default: merged where "
+                    "the base is an unquantized Hugging Face model)" + whose);
+}
+
 }  // namespace qf::cli

@@ -11,6 +11,7 @@
 #include "device/device.h"
 #include "eval/gate_bounds.h"
 #include "runtime/kv_format.h"
+#include "runtime/model.h"
 
 namespace qf::cli {
 
@@ -42,6 +43,18 @@ struct KvFlags {
   rt::KvFormat format() const { return rt::parse_kv_format(both, k, v, rotation, f16_edge); }
 };
 void add_kv_options(CLI::App* cmd, KvFlags& kv);
+
+// --lora DIR[:SCALE] (repeatable, applied in order) and, where a command
+// can apply an adapter without merging, --lora-mode auto|merge|forward.
+// `prefix` names baseline flags ("baseline-" gives --baseline-lora).
+struct LoraFlags {
+  std::vector<std::string> adapters;
+  std::string mode = "auto";
+  std::string prefix;
+  rt::LoraLoad load() const;
+  std::vector<LoraSpec> specs() const { return load().adapters; }
+};
+void add_lora_options(CLI::App* cmd, LoraFlags& lora, bool with_mode, const std::string& prefix = "");
 
 // The device a command runs on (device::resolve, with "<command> --device
 // <word>" in messages), and the host build's thread count from --threads.

@@ -21,12 +21,13 @@ struct GenerateOpts {
   float temperature = 0.f, top_p = 1.f;
   uint64_t seed = 0;
   int threads = 0;
+  LoraFlags lora;
 };
 
 void run_generate(const GenerateOpts& o) {
   std::unique_ptr<ThreadPool> holder;
   ThreadPool& pool = pool_for(o.threads, holder);
-  std::unique_ptr<rt::Model> model = rt::load_model(o.model);
+  std::unique_ptr<rt::Model> model = rt::load_model(o.model, device::Kind::Cpu, o.lora.load());
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   rt::GenerateOptions g;
   g.max_new_tokens = o.n;
@@ -59,6 +60,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", o->top_p, "nucleus sampling threshold in (0, 1] (default 1)")->check(finite_at_least(0, true, 1, true));
   cmd->add_option("--seed", o->seed, "random seed for sampling (default 0)");
   add_kv_options(cmd, o->kv);
+  add_lora_options(cmd, o->lora, true);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }

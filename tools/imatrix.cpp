@@ -16,6 +16,7 @@ struct ImatrixOpts {
   bool process_output = false, force = false, allow_nonfinite = false;
   int threads = 0;
   std::string device = "cpu";
+  LoraFlags lora;
 };
 
 void run_imatrix(const ImatrixOpts& o) {
@@ -27,6 +28,7 @@ void run_imatrix(const ImatrixOpts& o) {
   io.max_chunks = o.chunks;
   io.process_output = o.process_output;
   io.device = kind;
+  io.lora = o.lora.load();
   Progress progress("imatrix", 0, "chunks");
   const Imatrix m = write_imatrix_from_text(o.model, o.text, o.out, "-o", io, o.force, o.allow_nonfinite, pool,
                                             [&](int64_t done, int64_t) { progress.set(static_cast<uint64_t>(done)); });
@@ -49,6 +51,7 @@ void register_imatrix(CLI::App& app) {
   cmd->add_flag("--process-output", o->process_output, "also collect output.weight");
   cmd->add_flag("--force", o->force, "replace an existing output file (never an input of this run)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "collect even when a weight is NaN or infinite (non-finite statistics are still refused: llama-quantize rejects them)");
+  add_lora_options(cmd, o->lora, true);
   add_threads_option(cmd, o->threads);
   add_device_option(cmd, o->device);
   cmd->callback([o] { run_imatrix(*o); });

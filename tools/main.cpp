@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   qf::cli::register_inspect(app);
   qf::cli::register_tokenize(app);
   qf::cli::register_convert(app);
+  qf::cli::register_merge(app);
   qf::cli::register_generate(app);
   qf::cli::register_eval(app);
   qf::cli::register_bench(app);

@@ -23,11 +23,13 @@ struct QuantizeOpts {
   int threads = 0;
   int64_t eval_chunks = 0;
   bool allow_nonfinite = false, json = false, resume = false, dry_run = false;
+  LoraFlags lora;
 };
 
 // The command as given, for the report (paths as typed).
 std::string invocation(const QuantizeOpts& o) {
   std::string s = "quantforge quantize " + o.model + " --recipe " + o.recipe + " -o " + o.out;
+  for (const std::string& a : o.lora.adapters) s += " --lora " + a;
   if (!o.calib.empty()) s += " --calib " + o.calib;
   if (!o.eval_text.empty()) s += " --eval " + o.eval_text;
   if (o.eval_chunks) s += " --eval-chunks " + std::to_string(o.eval_chunks);
@@ -55,6 +57,7 @@ void run_quantize(const QuantizeOpts& o) {
   job.recipe = o.recipe;
   job.out = o.out;
   job.calib = o.calib;
+  job.loras = o.lora.specs();
   job.max_memory_bytes = o.max_memory.empty() ? 0 : parse_memory_size(o.max_memory, "--max-memory");
   job.allow_nonfinite = o.allow_nonfinite;
   job.resume = o.resume;
@@ -114,6 +117,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("model", o->model, "model folder or Hugging Face cache id (f16/bf16/f32)")->required();
   cmd->add_option("--recipe", o->recipe, "YAML recipe (llm-compressor syntax; see docs/recipes.md)")->required();
   cmd->add_option("-o,--output", o->out, "output folder (must not exist, or be empty)")->required();
+  add_lora_options(cmd, o->lora, false);
   cmd->add_option("--calib", o->calib, "calibration text (.txt) or .jsonl (overrides the recipe's calibration.dataset)");
   cmd->add_option("--eval", o->eval_text, "evaluate the result against MODEL on this text afterwards");
   cmd->add_option("--eval-chunks", o->eval_chunks, "--eval: score only the first N chunks (default: all)")

@@ -29,16 +29,19 @@ from ._quantforge import (  # noqa: F401  (re-exported)
     __version__,
     bench,
     convert,
+    convert_lora,
     evaluate,
     imatrix,
     inspect,
     kv_sweep,
+    merge,
 )
 from . import _quantforge
 
 __all__ = [
     "Error", "GateFailed", "InternalError", "InvalidInput", "IoError", "NotFound", "Unsupported", "UsageError",
-    "Model", "Tokenizer", "QuantizeResult", "bench", "convert", "evaluate", "imatrix", "inspect", "kv_sweep", "quantize",
+    "Model", "Tokenizer", "QuantizeResult", "bench", "convert", "convert_lora", "evaluate", "imatrix", "inspect", "kv_sweep",
+    "merge", "quantize",
     "report",
     "__version__",
 ]
@@ -144,7 +147,7 @@ def _calib_file(calib, folder):
 
 
 def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, progress=True,
-             allow_nonfinite=False, eval_text=None, eval_max_chunks=0, resume=False, device="cpu"):
+             allow_nonfinite=False, eval_text=None, eval_max_chunks=0, resume=False, device="cpu", lora=None):
     """Quantizes `model` with `recipe` into the folder `out` (see __init__.pyi)."""
     if isinstance(max_memory, str):
         max_memory = _quantforge._parse_memory_size(max_memory)
@@ -153,6 +156,7 @@ def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, prog
     elif not isinstance(max_memory, int) or max_memory < 0:
         raise UsageError("max_memory must be a size string ('8G') or a number of bytes")
     call = (f"quantforge.quantize({_os.fsdecode(model)!r}, recipe={_describe(recipe)}, out={_os.fsdecode(out)!r}"
+            f"{'' if lora is None else ', lora=' + repr(lora)}"
             f"{'' if calib is None else ', calib=' + _describe(calib)}"
             f"{'' if eval_text is None else ', eval_text=' + repr(_os.fsdecode(eval_text))}"
             f"{', resume=True' if resume else ''}"
@@ -162,7 +166,7 @@ def quantize(model, recipe, out, calib=None, threads=None, max_memory=None, prog
                                   threads=threads, max_memory=max_memory, allow_nonfinite=allow_nonfinite,
                                   progress=progress, eval_text="" if eval_text is None else eval_text,
                                   eval_max_chunks=eval_max_chunks,
-                                  invocation=call, resume=resume, device=device,
+                                  invocation=call, resume=resume, device=device, lora=lora,
                                   # samples given as a list live nowhere else: the output keeps them
                                   copy_calibration=calib is not None and not isinstance(calib, _PATH_TYPES))
     d["evaluation"] = d["report"]["evaluation"]

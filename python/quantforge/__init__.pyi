@@ -7,11 +7,13 @@ or os.PathLike, as os.fsencode gives them to the file system.
 """
 
 import os
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
 PathLike = Union[str, bytes, os.PathLike]
+# One LoRA adapter ("DIR", "DIR:SCALE", a path, or a (path, scale) pair) or a list of them.
+LoraArg = Union[PathLike, Tuple[PathLike, float], List[Union[PathLike, Tuple[PathLike, float]]]]
 
 __version__: str
 
@@ -50,7 +52,8 @@ def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = Non
              keep_tail: bool = False, max_ppl_delta: Optional[float] = None, max_ppl_ratio: Optional[float] = None,
              max_kld: Optional[float] = None, threads: Optional[int] = None, progress: bool = True,
              device: str = "cpu", kv_k_dtype: str = "", kv_v_dtype: str = "", kv_rotation: str = "none",
-             baseline_kv_dtype: str = "f16") -> Dict[str, Any]:
+             baseline_kv_dtype: str = "f16", lora: Optional[LoraArg] = None, lora_mode: str = "auto",
+             baseline_lora: Optional[LoraArg] = None, baseline_lora_mode: str = "auto") -> Dict[str, Any]:
     """Perplexity of `model` on the UTF-8 file `text`: `quantforge eval --json`'s keys.
 
     kv_dtype (both sides, or a TurboQuant preset), kv_k_dtype / kv_v_dtype (one side each) and
@@ -65,6 +68,10 @@ def evaluate(model: PathLike, text: PathLike, baseline: Optional[PathLike] = Non
     ctx=0 takes the mode's default (512 for chunks and lines, 2048 for windows).
     device: where the forward passes run: "cpu" (the runtime), "cuda", "auto" or "host" (the
     device decoder built for the CPU); f16 KV cache only on a device.
+    lora: LoRA adapters loaded with the model (a PEFT folder, "DIR:SCALE", a (path, scale) pair, or a
+    list of them, applied in order; GGUF adapters for a .gguf model); lora_mode "merge", "forward"
+    (applied unmerged in the forward) or "auto" (merged where the base is an unquantized Hugging
+    Face model). baseline_lora / baseline_lora_mode the same for the baseline. docs/lora.md.
     """
 
 def kv_sweep(model: PathLike, text: PathLike, ctx: int = 0, mode: str = "windows", max_chunks: int = 4,
@@ -77,7 +84,8 @@ def kv_sweep(model: PathLike, text: PathLike, ctx: int = 0, mode: str = "windows
     """
 
 def bench(model: PathLike, prompt: int = 512, gen: int = 128, batch: int = 1, kv_dtype: str = "f16",
-          reps: int = 1, threads: Optional[int] = None, device: str = "cpu") -> Dict[str, Any]:
+          reps: int = 1, threads: Optional[int] = None, device: str = "cpu", lora: Optional[LoraArg] = None,
+          lora_mode: str = "auto") -> Dict[str, Any]:
     """Prefill and decode tokens/s, KV-cache bytes, peak RSS: `quantforge bench --json`'s keys.
 
     device: "cpu", "cuda", "auto" or "host" as in evaluate(); one sequence (batch 1) on a device.
@@ -89,7 +97,7 @@ def convert(model: PathLike, out: PathLike, type: Optional[str] = None, imatrix:
             token_embedding_type: Optional[str] = None, target_bpw: Optional[float] = None,
             target_size: Optional[str] = None, calib: Optional[PathLike] = None, types: Optional[str] = None,
             dry_run: bool = False, json: Optional[PathLike] = None, sensitivity: Optional[PathLike] = None,
-            probe_spans: int = 4, max_probes: int = 64) -> Dict[str, Any]:
+            probe_spans: int = 4, max_probes: int = 64, lora: Optional[LoraArg] = None) -> Dict[str, Any]:
     """Hugging Face model -> GGUF file `out` with a llama-quantize preset (`type`, default Q4_K_M:
     F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K, ...), optionally weighted by an importance matrix;
     or, with `target_bpw` (bits per weight) or `target_size` ("4.2GiB"), every tensor's type chosen by
@@ -99,11 +107,26 @@ def convert(model: PathLike, out: PathLike, type: Optional[str] = None, imatrix:
     Returns path, type, input_bytes, output_bytes, parameters, bits_per_weight, seconds,
     tensor_types ({gguf name: ggml type}) and notes; with a budget also plan (what OUT.mix.json holds)
     and plan_path. A dry run returns plan and notes only.
+    lora: adapters merged into the model before conversion (as in evaluate()).
+    """
+
+def merge(model: PathLike, out: PathLike, lora: LoraArg) -> Dict[str, Any]:
+    """The Hugging Face `model` with the LoRA adapters `lora` merged (f32 arithmetic, one rounding to
+    the model's dtype), written to the new folder `out` with the model's other files:
+    `quantforge merge`. Returns path, tensors, merged (tensors an adapter changed), bytes, lora.
+    """
+
+def convert_lora(adapter: PathLike, base: PathLike, out: PathLike, type: str = "F16",
+                 force: bool = False) -> Dict[str, Any]:
+    """A PEFT LoRA adapter of the Hugging Face model `base` -> llama.cpp's LoRA adapter GGUF
+    (`quantforge convert ADAPTER --to gguf-lora --base MODEL`). Returns path, alpha, tensors,
+    rescaled (lora_b tensors carrying a module's own scale), bytes.
     """
 
 def imatrix(model: PathLike, text: PathLike, out: PathLike, ctx: int = 512, chunks: int = 0,
             process_output: bool = False, force: bool = False, allow_nonfinite: bool = False,
-            threads: Optional[int] = None, progress: bool = True, device: str = "cpu") -> Dict[str, Any]:
+            threads: Optional[int] = None, progress: bool = True, device: str = "cpu",
+            lora: Optional[LoraArg] = None, lora_mode: str = "auto") -> Dict[str, Any]:
     """Importance matrix of `model` on `text`, written to `out` in llama.cpp's GGUF imatrix layout.
 
     device: "cpu", "cuda", "auto" or "host" as in evaluate().
@@ -134,7 +157,7 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
              calib: Union[None, PathLike, List[str], Iterable[str]] = None, threads: Optional[int] = None,
              max_memory: Union[None, str, int] = None, progress: bool = True, allow_nonfinite: bool = False,
              eval_text: Optional[PathLike] = None, eval_max_chunks: int = 0, resume: bool = False,
-             device: str = "cpu") -> QuantizeResult:
+             device: str = "cpu", lora: Optional[LoraArg] = None) -> QuantizeResult:
     """Quantizes `model` with a recipe into the new folder `out`
     (compressed-tensors, GPTQ, AutoAWQ or modelopt layout, as the recipe says).
 
@@ -152,6 +175,8 @@ def quantize(model: PathLike, recipe: Union[PathLike, str, Dict[str, Any]], out:
     device: where the weight quantizers run: "cpu" (the reference), "cuda" (UnsupportedError when
     no CUDA device is usable, with the reason), "auto" (cuda when usable, else cpu) or "host" (the
     device code built for the CPU; the same bytes as "cpu").
+    lora: LoRA adapters merged into `model` first (as in evaluate()): calibration, the quantized
+    weights, the copied tensors and the evaluation's baseline all see the merged model.
     """
 
 def report(paths: Union[PathLike, List[PathLike]], out: PathLike, force: bool = False) -> List[Dict[str, Any]]:

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -27,6 +28,8 @@
 #include "calibration/activation_store.h"
 #include "calibration/imatrix_collect.h"
 #include "calibration/quantize_model.h"
+#include "checkpoint/lora_merge.h"
+#include "convert/gguf_lora.h"
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -192,13 +195,78 @@ py::object cmd_inspect(const py::object& model, const std::string& revision) {
   return to_python(info);
 }
 
+// `lora`: None, one adapter ("DIR", "DIR:SCALE", a path) or a list of them,
+// or of (path, scale) pairs; applied in order.
+std::vector<LoraSpec> lora_specs(const py::object& lora, const std::string& arg = "lora") {
+  std::vector<LoraSpec> out;
+  if (lora.is_none()) return out;
+  auto one = [&](const py::handle& h) {
+    if (py::isinstance<py::tuple>(h)) {
+      const py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+      if (t.size() != 2) throw Error(ErrorKind::Usage, arg + ": a pair is (path, scale)");
+      LoraSpec s{path_arg(py::reinterpret_borrow<py::object>(t[0]), arg.c_str()), t[1].cast<double>()};
+      if (!std::isfinite(s.scale)) throw Error(ErrorKind::Usage, arg + ": the scale must be finite");
+      out.push_back(s);
+    } else {
+      out.push_back(parse_lora_spec(path_arg(py::reinterpret_borrow<py::object>(h), arg.c_str()), arg));
+    }
+  };
+  // A list holds adapters; a tuple is one (path, scale) pair.
+  if (py::isinstance<py::list>(lora)) {
+    for (const py::handle& h : lora) one(h);
+  } else {
+    one(lora);
+  }
+  return out;
+}
+
+rt::LoraLoad lora_load(const py::object& lora, const std::string& mode, const std::string& arg = "lora") {
+  return rt::LoraLoad{lora_specs(lora, arg), rt::parse_lora_mode(mode, arg + "_mode")};
+}
+
+py::object cmd_merge(const py::object& model, const py::object& out, const py::object& lora) {
+  const std::string m = path_arg(model, "model"), o = path_arg(out, "out");
+  const std::vector<LoraSpec> specs = lora_specs(lora);
+  nlohmann::ordered_json j;
+  {
+    py::gil_scoped_release nogil;
+    const ResolvedModel rm = resolve_model(m);
+    const MergeResult r = write_merged_model(rm.dir, specs, o);
+    j = {{"path", r.path.string()}, {"tensors", r.tensors}, {"merged", r.merged}, {"bytes", r.bytes},
+         {"lora", lora_provenance(specs)}};
+  }
+  return to_python(j);
+}
+
+py::object cmd_convert_lora(const py::object& adapter, const py::object& base, const py::object& out,
+                            const std::string& type, bool force) {
+  const std::string a = path_arg(adapter, "adapter"), b = path_arg(base, "base"), o = path_arg(out, "out");
+  DType dt = DType::F16;
+  if (type == "F32" || type == "f32") dt = DType::F32;
+  else if (type == "BF16" || type == "bf16") dt = DType::BF16;
+  else if (type != "F16" && type != "f16") throw Error(ErrorKind::Usage, "type: F16, BF16 or F32, not '" + type + "'");
+  nlohmann::ordered_json j;
+  {
+    py::gil_scoped_release nogil;
+    const LoraSpec spec = parse_lora_spec(a, "adapter");
+    const ResolvedModel rm = resolve_model(b);
+    check_output_file(o, {spec.path, rm.dir}, force, false, "out");
+    const GgufLoraResult r = write_gguf_lora(spec, rm.dir, o, dt);
+    j = {{"path", r.path.string()}, {"alpha", r.alpha}, {"tensors", r.tensors}, {"rescaled", r.rescaled}, {"bytes", r.bytes}};
+  }
+  return to_python(j);
+}
+
 py::object cmd_evaluate(const py::object& model, const py::object& text, const py::object& baseline, int64_t ctx,
                     const std::string& mode, int64_t max_chunks, const std::string& kv_dtype, bool bos_per_line,
                     bool keep_tail, std::optional<double> max_ppl_delta, std::optional<double> max_ppl_ratio,
                     std::optional<double> max_kld, std::optional<int> threads, bool progress, const std::string& device,
                     const std::string& kv_k_dtype, const std::string& kv_v_dtype, const std::string& kv_rotation,
-                    const std::string& baseline_kv_dtype) {
+                    const std::string& baseline_kv_dtype, const py::object& lora, const std::string& lora_mode,
+                    const py::object& baseline_lora, const std::string& baseline_lora_mode) {
   eval::EvalRequest req;
+  req.lora = lora_load(lora, lora_mode);
+  req.baseline_lora = lora_load(baseline_lora, baseline_lora_mode, "baseline_lora");
   // A NaN or infinite bound compares false against every measurement: it
   // would pass every model instead of gating it.
   req.gate = eval::Gate{max_ppl_delta, max_ppl_ratio, max_kld};
@@ -267,7 +335,9 @@ py::object cmd_kv_sweep(const py::object& model, const py::object& text, int64_t
 }
 
 py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64_t batch, const std::string& kv_dtype,
-                 int reps, std::optional<int> threads, const std::string& device) {
+                 int reps, std::optional<int> threads, const std::string& device, const py::object& lora,
+                 const std::string& lora_mode) {
+  const rt::LoraLoad ll = lora_load(lora, lora_mode);
   const std::string m = path_arg(model, "model");
   const device::Kind kind = device::resolve(device, "bench device");
   if (threads) device::set_host_threads(*threads);
@@ -278,7 +348,7 @@ py::object cmd_bench(const py::object& model, int64_t prompt, int64_t gen, int64
     py::gil_scoped_release nogil;
     std::unique_ptr<ThreadPool> holder;
     ThreadPool& pool = pool_for(threads, holder);
-    std::unique_ptr<rt::Model> mdl = rt::load_model(m, kind);
+    std::unique_ptr<rt::Model> mdl = rt::load_model(m, kind, ll);
     eval::BenchOptions b;
     b.prompt = prompt, b.gen = gen, b.batch = batch, b.reps = reps, b.kv_dtype = rt::parse_kv_format(kv_dtype);
     b.device = kind;
@@ -294,7 +364,9 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
                        const std::optional<std::string>& token_embedding_type, std::optional<double> target_bpw,
                        const std::optional<std::string>& target_size, const py::object& calib,
                        const std::optional<std::string>& types, bool dry_run, const py::object& json_out,
-                       const py::object& sensitivity, int64_t probe_spans, int64_t max_probes) {
+                       const py::object& sensitivity, int64_t probe_spans, int64_t max_probes,
+                       const py::object& lora) {
+  const std::vector<LoraSpec> loras = lora_specs(lora);
   const std::string m = path_arg(model, "model"), o = path_arg(out, "out");
   const std::string im = opt_path(imatrix, "imatrix").value_or("");
   const std::string cal = opt_path(calib, "calib").value_or(""), js = opt_path(json_out, "json").value_or("");
@@ -316,6 +388,7 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
     g.preset = type.value_or("Q4_K_M");
     g.imatrix = im;
     g.allow_nonfinite = allow_nonfinite;
+    g.loras = loras;
     if (output_tensor_type) g.overrides.output = gguf_mix::parse_tensor_type(*output_tensor_type, "output_tensor_type");
     if (token_embedding_type)
       g.overrides.token_embd = gguf_mix::parse_tensor_type(*token_embedding_type, "token_embedding_type");
@@ -337,6 +410,7 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
       mo.probe_spans = probe_spans;
       mo.max_probes = max_probes;
       mo.note = g.note;
+      mo.loras = loras;
       const mixed::GgufMixPlan plan = mixed::plan_for_budget(rm.dir, mo, sens, pool);
       j["plan"] = mixed::gguf_mix_json(plan);
       if (!plan_json.empty()) write_output_file(plan_json, j["plan"].dump(2) + "\n");
@@ -367,8 +441,9 @@ py::object cmd_convert(const py::object& model, const py::object& out, const std
 
 py::object cmd_imatrix(const py::object& model, const py::object& text, const py::object& out, int64_t ctx, int64_t chunks,
                    bool process_output, bool force, bool allow_nonfinite, std::optional<int> threads, bool progress,
-                   const std::string& device) {
+                   const std::string& device, const py::object& lora, const std::string& lora_mode) {
   const std::string m = path_arg(model, "model"), t = path_arg(text, "text"), o = path_arg(out, "out");
+  const rt::LoraLoad ll = lora_load(lora, lora_mode);
   const device::Kind kind = device::resolve(device, "imatrix device");
   if (threads) device::set_host_threads(*threads);
   if (ctx < 2) throw Error(ErrorKind::Usage, "ctx must be at least 2, got " + std::to_string(ctx));
@@ -384,6 +459,7 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
     io.max_chunks = chunks;
     io.process_output = process_output;
     io.device = kind;
+    io.lora = ll;
     LazyBar bar{"imatrix", "chunks"};
     const Imatrix im = write_imatrix_from_text(m, t, o, "out", io, force, allow_nonfinite, pool, std::ref(bar));
     bar.finish();
@@ -395,7 +471,8 @@ py::object cmd_imatrix(const py::object& model, const py::object& text, const py
 py::object cmd_quantize(const py::object& model, const py::object& recipe_path, const py::object& out,
                     const py::object& calib, std::optional<int> threads, uint64_t max_memory, bool allow_nonfinite,
                     bool progress, const py::object& eval_text, int64_t eval_max_chunks,
-                    const std::string& invocation, bool copy_calibration, bool resume, const std::string& device) {
+                    const std::string& invocation, bool copy_calibration, bool resume, const std::string& device,
+                    const py::object& lora) {
   if (eval_max_chunks < 0) throw Error(ErrorKind::Usage, "eval_max_chunks must be >= 0");
   QuantizeJob job;
   job.device = device::resolve(device, "quantize device");
@@ -410,6 +487,7 @@ py::object cmd_quantize(const py::object& model, const py::object& recipe_path, 
   job.invocation = invocation;
   job.copy_calibration = copy_calibration;
   job.resume = resume;
+  job.loras = lora_specs(lora);
   std::vector<std::string> lines;
   QuantizeSummary s;
   double seconds = 0;
@@ -758,27 +836,33 @@ PYBIND11_MODULE(_quantforge, m) {
         py::arg("bos_per_line") = false, py::arg("keep_tail") = false, py::arg("max_ppl_delta") = py::none(),
         py::arg("max_ppl_ratio") = py::none(), py::arg("max_kld") = py::none(), py::arg("threads") = py::none(),
         py::arg("progress") = true, py::arg("device") = "cpu", py::arg("kv_k_dtype") = "", py::arg("kv_v_dtype") = "",
-        py::arg("kv_rotation") = "none", py::arg("baseline_kv_dtype") = "f16");
+        py::arg("kv_rotation") = "none", py::arg("baseline_kv_dtype") = "f16", py::arg("lora") = py::none(),
+        py::arg("lora_mode") = "auto", py::arg("baseline_lora") = py::none(), py::arg("baseline_lora_mode") = "auto");
   m.def("kv_sweep", &cmd_kv_sweep, py::arg("model"), py::arg("text"), py::arg("ctx") = 0, py::arg("mode") = "windows",
         py::arg("max_chunks") = 4, py::arg("max_kld") = py::none(), py::arg("types") = std::vector<std::string>{},
         py::arg("decode_tokens") = 32, py::arg("threads") = py::none(), py::arg("progress") = true);
   m.def("bench", &cmd_bench, py::arg("model"), py::arg("prompt") = 512, py::arg("gen") = 128, py::arg("batch") = 1,
-        py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu");
+        py::arg("kv_dtype") = "f16", py::arg("reps") = 1, py::arg("threads") = py::none(), py::arg("device") = "cpu",
+        py::arg("lora") = py::none(), py::arg("lora_mode") = "auto");
   m.def("convert", &cmd_convert, py::arg("model"), py::arg("out"), py::arg("type") = py::none(),
         py::arg("imatrix") = py::none(), py::arg("force") = false, py::arg("allow_nonfinite") = false,
         py::arg("threads") = py::none(), py::arg("progress") = true, py::arg("output_tensor_type") = py::none(),
         py::arg("token_embedding_type") = py::none(), py::arg("target_bpw") = py::none(),
         py::arg("target_size") = py::none(), py::arg("calib") = py::none(), py::arg("types") = py::none(),
         py::arg("dry_run") = false, py::arg("json") = py::none(), py::arg("sensitivity") = py::none(),
-        py::arg("probe_spans") = 4, py::arg("max_probes") = 64);
+        py::arg("probe_spans") = 4, py::arg("max_probes") = 64, py::arg("lora") = py::none());
+  m.def("merge", &cmd_merge, py::arg("model"), py::arg("out"), py::arg("lora"));
+  m.def("convert_lora", &cmd_convert_lora, py::arg("adapter"), py::arg("base"), py::arg("out"), py::arg("type") = "F16",
+        py::arg("force") = false);
   m.def("imatrix", &cmd_imatrix, py::arg("model"), py::arg("text"), py::arg("out"), py::arg("ctx") = 512,
         py::arg("chunks") = 0, py::arg("process_output") = false, py::arg("force") = false,
         py::arg("allow_nonfinite") = false, py::arg("threads") = py::none(), py::arg("progress") = true,
-        py::arg("device") = "cpu");
+        py::arg("device") = "cpu", py::arg("lora") = py::none(), py::arg("lora_mode") = "auto");
   m.def("_quantize", &cmd_quantize, py::arg("model"), py::arg("recipe_path"), py::arg("out"), py::arg("calib") = "",
         py::arg("threads") = py::none(), py::arg("max_memory") = 0, py::arg("allow_nonfinite") = false,
         py::arg("progress") = true, py::arg("eval_text") = "", py::arg("eval_max_chunks") = 0, py::arg("invocation") = "",
-        py::arg("copy_calibration") = false, py::arg("resume") = false, py::arg("device") = "cpu");
+        py::arg("copy_calibration") = false, py::arg("resume") = false, py::arg("device") = "cpu",
+        py::arg("lora") = py::none());
   m.def("_parse_memory_size", [](const std::string& s) { return parse_memory_size(s, "max_memory"); });
 
   py::class_<PyTokenizer>(m, "Tokenizer")

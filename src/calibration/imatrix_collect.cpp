@@ -182,7 +182,7 @@ Imatrix write_imatrix_from_text(const std::string& model, const std::filesystem:
                                 const std::function<void(int64_t, int64_t)>& progress) {
   check_output_file(out, {model_input_path(model), text}, force, false, out_flag);
   const std::string txt = read_text_input(text.string());
-  std::unique_ptr<rt::Model> m = rt::load_model(model, opts.device);
+  std::unique_ptr<rt::Model> m = rt::load_model(model, opts.device, opts.lora);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(m->source());
   if (!allow_nonfinite) {
     const std::string bad = rt::find_nonfinite_weight(*m, pool);

@@ -26,6 +26,7 @@ struct ImatrixOptions {
   // Where the forward passes and the sums run: the CPU runtime, or the
   // device decoder (runtime/device_runtime.h), which sums on the device.
   device::Kind device = device::Kind::Cpu;
+  rt::LoraLoad lora;  // adapters loaded with the model (merged, or in the forward of a GGUF model)
 };
 
 // Entries are keyed by GGUF tensor name (blk.N.attn_q.weight, ...).

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/lora_adapter.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "eval/perplexity.h"
@@ -23,6 +24,10 @@ struct QuantizeSummary;
 
 struct QuantizeJob {
   std::string model;                    // HF folder or cache id (float weights)
+  // LoRA adapters merged into the model before anything else
+  // (checkpoint/lora_merge.h): calibration, quantization, the copied
+  // unquantized tensors and the evaluation's baseline all see the merged model.
+  std::vector<LoraSpec> loras;
   std::filesystem::path recipe;
   std::filesystem::path out;
   std::filesystem::path calib;          // overrides the recipe's calibration.dataset

@@ -4,6 +4,7 @@
 
 #include "calibration/quantize_run.h"
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/lora_merge.h"
 #include "core/version.h"
 #include "runtime/router_linears.h"
 
@@ -32,7 +33,7 @@ void export_stage(QuantizeRun& r) {
   const ModelConfig& cfg = r.cfg;
   const CheckpointFormat& format = *r.plan.format;
   SafetensorsWriter& writer = *r.writer;
-  const Checkpoint ck = Checkpoint::open(r.rm.dir);
+  const Checkpoint ck = open_checkpoint_with_loras(r.rm.dir, r.job.loras);
 
   // Norms, biases, full-precision Linears and routers of the decoder layers,
   // as the pipeline left them.

@@ -42,6 +42,12 @@ nlohmann::ordered_json resume_fingerprint(const QuantizeRun& r) {
   nlohmann::ordered_json fp;
   fp["tool"] = version();
   fp["model_files"] = model_file_stats(r.rm.dir);
+  if (!r.job.loras.empty()) {  // each adapter's files and scale, in order
+    nlohmann::ordered_json adapters = nlohmann::ordered_json::array();
+    for (const LoraSpec& s : r.job.loras)
+      adapters.push_back({{"files", model_file_stats(s.path)}, {"scale", s.scale}});
+    fp["lora"] = adapters;
+  }
   fp["recipe"] = r.recipe.text;
   // By content: the Python module's list of samples lives in a new temporary file each call.
   fp["calibration"] = r.calib_used.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(sha256_file_hex(r.calib_used));

@@ -31,7 +31,8 @@ void load_stage(QuantizeRun& r) {
     throw unsupported(r.rm.dir.string(), "the model is already quantized (config.json has a quantization_config); start from f16/bf16/f32 weights");
   // Mapped: the pipeline reads one layer at a time and gives each layer's
   // pages back when it is done (QF_WEIGHTS=memory reads the model in).
-  r.model = rt::load_hf_model(r.rm.dir, streaming_weight_residency());
+  r.model = rt::load_hf_model(r.rm.dir, streaming_weight_residency(),
+                              rt::LoraLoad{r.job.loras, rt::LoraLoad::Mode::Merge});
   r.tok = load_tokenizer(r.rm.dir);
   if (!r.job.allow_nonfinite) {
     const std::string bad = rt::find_nonfinite_weight(*r.model, r.pool, true);

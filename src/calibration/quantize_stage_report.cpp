@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "calibration/quantize_run.h"
+#include "checkpoint/lora_merge.h"
 #include "core/version.h"
 #include "eval/bench.h"
 #include "eval/eval_run.h"
@@ -79,6 +80,7 @@ void report_stage(QuantizeRun& r) {
   report["tool"] = {{"name", "quantforge"}, {"version", version()}};
   report["invocation"] = job.invocation;
   report["model"] = {{"argument", job.model}, {"path", fs::absolute(r.rm.dir).lexically_normal().string()}};
+  if (!job.loras.empty()) report["model"]["lora"] = lora_provenance(job.loras);
   report["recipe"] = {{"path", fs::absolute(job.recipe).lexically_normal().string()}, {"text", r.recipe_copy}};
   report["format"] = sum.format;
   report["method"] = sum.method;
@@ -129,6 +131,7 @@ void evaluate_stage(QuantizeRun& r) {
   req.model = r.stage->path().string();
   req.text = job.eval_text.string();
   req.baseline = job.model;
+  req.baseline_lora = rt::LoraLoad{job.loras, rt::LoraLoad::Mode::Merge};
   req.ppl.max_spans = job.eval_max_chunks;
   req.device = device::kind_name(job.device);  // where the layers ran
   eval::EvalRun run = eval::run_eval(req, r.pool, job.eval_progress);

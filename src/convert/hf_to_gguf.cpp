@@ -7,6 +7,7 @@
 #include <memory>
 #include <regex>
 
+#include "checkpoint/lora_merge.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/gguf/gguf.h"
@@ -32,16 +33,20 @@ std::string gguf_arch(const ModelConfig& c, const std::string& where) {
                                "' cannot be converted to GGUF (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
 }
 
-namespace {
-
-// HF rotate-half rows -> llama.cpp's interleaved pairs: within each head of
-// hd rows, output row 2i + t takes input row t * hd/2 + i. Returns the input
-// row of output row r (the identity when heads is 0).
 int64_t permuted_qk_source(int64_t r, int64_t heads, int64_t rows) {
   if (heads <= 0) return r;
   const int64_t hd = rows / heads, half = hd / 2, h = r / hd, k = r % hd;
   return h * hd + (k % 2) * half + k / 2;
 }
+
+int64_t permuted_qk_heads(const ModelConfig& c, const std::string& arch, const std::string& gguf_name) {
+  if (arch != "llama") return 0;
+  if (gguf_name.find(".attn_q.") != std::string::npos) return c.num_attention_heads;
+  if (gguf_name.find(".attn_k.") != std::string::npos) return c.num_key_value_heads;
+  return 0;
+}
+
+namespace {
 
 // The first non-finite value of rows [r0, r1) of the decoded tensor, as a flat
 // index, or -1.
@@ -166,7 +171,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
                                  " the top-k routing weights");
   const gguf_mix::Preset& preset = gguf_mix::parse_preset(opts.preset);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
-  Checkpoint ck = Checkpoint::open(dir);
+  Checkpoint ck = open_checkpoint_with_loras(dir, opts.loras);
   // The runtime loader's own checks of the tensors against the config, before
   // anything is written: a file its runtime would refuse is never produced.
   check_hf_checkpoint(c, ck, true, where, (dir / "config.json").string());
@@ -285,9 +290,7 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     }
     // llama's q and k rows (bias elements) are reordered per head as they are
     // decoded; a 1-D tensor is decoded as numel rows of one element for that.
-    int64_t heads = 0;
-    if (arch == "llama" && (p.name.find(".attn_q.") != std::string::npos || p.name.find(".attn_k.") != std::string::npos))
-      heads = p.name.find(".attn_q.") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
+    const int64_t heads = permuted_qk_heads(c, arch, p.name);
     const int64_t drows = t.ndim() == 1 && heads ? t.numel() : rows, dcols = t.ndim() == 1 && heads ? 1 : cols;
     std::vector<float> importance;
     if (has_imatrix && p.quantized) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/lora_adapter.h"
 #include "core/thread_pool.h"
 #include "formats/gguf/imatrix.h"
 #include "formats/hf/model_config.h"
@@ -33,6 +34,8 @@ struct GgufConvertOptions {
   // llama-quantize's --output-tensor-type / --token-embedding-type, and a
   // size budget's per-tensor types (gguf_mix::TypeOverrides::tensors).
   gguf_mix::TypeOverrides overrides;
+  // LoRA adapters merged into the model before conversion (checkpoint/lora_merge.h).
+  std::vector<LoraSpec> loras;
 };
 
 struct GgufConvertResult {
@@ -57,6 +60,15 @@ struct GgufExpertSlab {
   int64_t expert = -1;
 };
 GgufExpertSlab gguf_expert_slab(const std::string& hf_name);
+
+// llama's q and k rows go from Hugging Face's rotate-half order to llama.cpp's
+// interleaved pairs: within each head of hd rows, output row 2i + t takes
+// input row t * hd/2 + i. The input row of output row r of a tensor of `rows`
+// rows and `heads` heads (r itself when heads is 0).
+int64_t permuted_qk_source(int64_t r, int64_t heads, int64_t rows);
+// The heads whose rows a GGUF tensor permutes: attn_q's and attn_k's of the
+// "llama" architecture, 0 for every other tensor.
+int64_t permuted_qk_heads(const ModelConfig& c, const std::string& arch, const std::string& gguf_name);
 
 // llama.cpp's general.architecture for a config ("llama" for llama, mistral
 // and mixtral; "qwen2", "qwen3", "qwen2moe", "qwen3moe"); Unsupported naming

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "checkpoint/lora_merge.h"
 #include "core/error.h"
 #include "core/text_input.h"
 #include "formats/tokenizer/tokenizer.h"
@@ -21,6 +22,11 @@ using json = nlohmann::ordered_json;
 // null on purpose, so that the report in memory is the one on disk; the
 // report's "problems" say which number was not finite and why.
 json number(double v) { return std::isfinite(v) ? json(v) : json(); }
+
+json lora_report(const rt::LoraLoad& l) {
+  const char* mode = l.mode == rt::LoraLoad::Mode::Merge ? "merge" : l.mode == rt::LoraLoad::Mode::Forward ? "forward" : "auto";
+  return {{"adapters", lora_provenance(l.adapters)}, {"mode", mode}};
+}
 
 }  // namespace
 
@@ -42,6 +48,7 @@ json eval_report(const EvalRequest& o, const EvalResult& r, const std::vector<st
             {"device", r.device},
             {"device_bytes", r.device_bytes},
             {"simd", rt::simd_level_name(rt::simd_level())}};
+  if (!o.lora.empty()) j["lora"] = lora_report(o.lora);
   const std::vector<std::string> problems = measurement_problems(r);
   j["valid"] = problems.empty();
   j["problems"] = problems;
@@ -57,6 +64,7 @@ json eval_report(const EvalRequest& o, const EvalResult& r, const std::vector<st
     j["kld"] = {{"mean", number(r.kld_mean)}, {"p99", number(r.kld_p99)}, {"max", number(r.kld_max)}};
     j["top1_agreement"] = number(r.top1_agreement);
     j["baseline"]["kv_dtype"] = rt::parse_kv_format(o.baseline_kv).name();
+    if (!o.baseline_lora.empty()) j["baseline"]["lora"] = lora_report(o.baseline_lora);
     json buckets = json::array();
     for (const EvalResult::Bucket& b : r.by_position)
       buckets.push_back({{"from", b.from},
@@ -100,12 +108,13 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   p.base_kv = rt::parse_kv_format(req.baseline_kv);
   p.device = device::resolve(req.device, "eval --device " + req.device);
   const std::string text = read_text_input(req.text);
-  std::unique_ptr<rt::Model> model = rt::load_model(req.model, p.device);
+  std::unique_ptr<rt::Model> model = rt::load_model(req.model, p.device, req.lora);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(model->source());
   std::unique_ptr<rt::Model> base;
-  const bool same = !req.baseline.empty() && req.baseline == req.model;  // the cache against f16 on the same weights
+  // The cache against f16 on the same weights.
+  const bool same = !req.baseline.empty() && req.baseline == req.model && req.lora.empty() && req.baseline_lora.empty();
   if (!req.baseline.empty() && !same) {
-    base = rt::load_model(req.baseline, p.device);
+    base = rt::load_model(req.baseline, p.device, req.baseline_lora);
     std::unique_ptr<Tokenizer> btok = load_tokenizer(base->source());
     if (btok->vocab().tokens != tok->vocab().tokens)
       throw invalid_input(req.baseline, "its tokenizer differs from the evaluated model's; a baseline must share the vocabulary");

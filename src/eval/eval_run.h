@@ -29,6 +29,7 @@ struct EvalRequest {
   rt::KvFormat kv_format() const { return rt::parse_kv_format(kv, kv_k, kv_v, kv_rotation, kv_f16_edge); }
   std::string kv_calibration;  // text an NVFP4 cache is calibrated on ("": the evaluated text's first spans)
   std::string device = "cpu";  // cpu, host, cuda or auto (device::resolve)
+  rt::LoraLoad lora, baseline_lora;  // adapters loaded with the model and with the baseline
   PplOptions ppl;        // kv_dtype is set from `kv`
   Gate gate;
 };

@@ -78,7 +78,23 @@ class Checkpoint {
   std::filesystem::path index_path() const { return index_path_; }  // empty if unsharded
   uint64_t total_bytes() const;  // sum of tensor bytes
 
+  // A transform of some tensors' values that tensor() applies, such as a
+  // LoRA merge (checkpoint/lora_merge.h): names, dtypes and shapes stay the
+  // stored ones, so every reader of the checkpoint sees the transformed model.
+  class Overlay {
+   public:
+    virtual ~Overlay() = default;
+    virtual bool covers(const std::string& name) const = 0;
+    // The value of `name` (covered), computed from the stored tensors of `ck`.
+    virtual Tensor tensor(const std::string& name, const Checkpoint& ck) const = 0;
+  };
+  void set_overlay(std::shared_ptr<const Overlay> overlay) { overlay_ = std::move(overlay); }
+  const Overlay* overlay() const { return overlay_.get(); }
+  // The tensor as the files store it, whatever the overlay.
+  Tensor stored_tensor(const std::string& name) const;
+
  private:
+  std::shared_ptr<const Overlay> overlay_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::pair<size_t, size_t>> where_;  // name -> (file, tensor index)
   std::vector<std::string> names_;

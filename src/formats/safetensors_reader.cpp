@@ -398,6 +398,11 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
 bool Checkpoint::contains(const std::string& name) const { return where_.count(name) > 0; }
 
 Tensor Checkpoint::tensor(const std::string& name) const {
+  if (overlay_ && overlay_->covers(name)) return overlay_->tensor(name, *this);
+  return stored_tensor(name);
+}
+
+Tensor Checkpoint::stored_tensor(const std::string& name) const {
   const TensorInfo& t = info(name);
   return files_[where_.at(name).first].tensor(t.name);
 }

@@ -1,6 +1,7 @@
 #include <map>
 
 #include "convert/hf_to_gguf.h"
+#include "checkpoint/lora_merge.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/text_input.h"
@@ -68,7 +69,7 @@ GgufMixPlan replan_gguf_mix(const nlohmann::json& j, const std::string& where, c
   }
   // The plan must describe this model's tensors.
   ModelConfig c = load_model_config(dir);
-  Checkpoint ck = Checkpoint::open(dir);
+  Checkpoint ck = open_checkpoint_with_loras(dir, opts.loras);
   const GgufLayout layout = gguf_layout(c, ck, dir.string());
   std::map<std::string, uint64_t> params;
   for (const gguf_mix::TensorDesc& d : layout.descs) params[d.name] = detail::elements(d.ne);
@@ -94,7 +95,7 @@ GgufMixPlan replan_gguf_mix(const nlohmann::json& j, const std::string& where, c
     plan.imatrix_data = std::make_shared<Imatrix>(read_imatrix(io.imatrix));
     plan.imatrix = io.imatrix.string();
   } else {
-    std::unique_ptr<rt::Model> model = rt::load_hf_model(dir);
+    std::unique_ptr<rt::Model> model = rt::load_hf_model(dir, std::nullopt, rt::LoraLoad{opts.loras, rt::LoraLoad::Mode::Merge});
     std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
     plan.imatrix_data = std::make_shared<Imatrix>(read_or_compute_imatrix(*model, *tok, read_text_input(io.calib_text), io, pool));
     plan.imatrix = kComputedFrom + io.calib_text.string();

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "calibration/imatrix_collect.h"
+#include "checkpoint/lora_merge.h"
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -174,7 +175,7 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
 
   ModelConfig c = load_model_config(dir);
   if (c.quantization_config) throw unsupported(where, "the checkpoint is already quantized (config.json has a quantization_config)");
-  Checkpoint ck = Checkpoint::open(dir);
+  Checkpoint ck = open_checkpoint_with_loras(dir, opts.loras);
   const GgufLayout layout = gguf_layout(c, ck, where);
   const gguf_mix::ModelDesc md{gguf_arch(c, where), c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
                                c.num_experts};
@@ -230,7 +231,7 @@ GgufMixPlan plan_gguf_mix(const std::filesystem::path& dir, const GgufMixOptions
 
   // The budget, checked before anything is computed.
   check_budget(plan, budget_of(plan, opts));
-  std::unique_ptr<rt::Model> model = rt::load_hf_model(dir);
+  std::unique_ptr<rt::Model> model = rt::load_hf_model(dir, std::nullopt, rt::LoraLoad{opts.loras, rt::LoraLoad::Mode::Merge});
   std::unique_ptr<Tokenizer> tok = load_tokenizer(dir);
 
   auto t0 = Clock::now();

@@ -49,6 +49,7 @@ struct GgufMixOptions {
   int64_t max_probes = 64;
   int64_t imatrix_chunks = 100;          // chunks the imatrix is computed on (when computed)
   int64_t max_sample_rows = 1024;        // rows per slab the errors are computed on
+  std::vector<LoraSpec> loras;           // adapters merged into the model first (checkpoint/lora_merge.h)
   std::function<void(const std::string&)> note;
   std::function<void(const std::string&, int64_t, int64_t)> progress;  // (phase, done, total)
 };

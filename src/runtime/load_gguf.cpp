@@ -9,6 +9,8 @@
 #include "core/weight_residency.h"
 #include "formats/gguf/gguf.h"
 #include "quantizers/kquants.h"
+#include "convert/gguf_lora.h"
+#include "runtime/lora_linear.h"
 #include "runtime/model.h"
 
 namespace qf::rt {
@@ -195,7 +197,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on) {
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on, const LoraLoad& lora) {
+  if (!lora.empty() && lora.mode == LoraLoad::Mode::Merge)
+    throw unsupported(file.string(), "a LoRA adapter is not merged into a GGUF model (its weights are quantized or "
+                                     "converted); apply it in the forward (--lora-mode forward or auto), or merge "
+                                     "into the Hugging Face model before converting");
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(file, ec);  // an error here is reported by open
   const FileResidency residency = runtime_weight_residency(ec ? 0 : static_cast<uint64_t>(bytes));
@@ -257,6 +263,11 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device
   r.f->mapping()->seal();
   auto model = std::make_unique<Model>(std::move(c), std::move(w), file);
   model->set_weights_residency(residency);
+  if (!lora.empty()) {
+    std::vector<LoraAdapter> adapters;
+    for (const LoraSpec& s : lora.adapters) adapters.push_back(read_gguf_lora(s, model->config(), arch));
+    apply_lora_forward(*model, adapters, file.string());
+  }
   return model;
 }
 

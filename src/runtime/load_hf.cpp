@@ -12,6 +12,8 @@
 #include "core/weight_residency.h"
 #include "checkpoint/checkpoint_format.h"
 #include "formats/safetensors.h"
+#include "checkpoint/lora_merge.h"
+#include "runtime/lora_linear.h"
 #include "runtime/model.h"
 #include "runtime/router_linears.h"
 
@@ -66,7 +68,8 @@ uint64_t safetensors_bytes(const std::filesystem::path& dir) {
   return ec ? 0 : total;
 }
 
-std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, std::optional<FileResidency> chosen) {
+std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, std::optional<FileResidency> chosen,
+                                             const LoraLoad& lora) {
   ModelConfig c = load_model_config(dir);
   const CheckpointFormat* format = nullptr;
   OpenedConfig opened;  // the quantization_config as the format reads it; kv_scales: FP8 KV-cache scales stored
@@ -80,7 +83,26 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, s
     opened = format->open(dir, *c.quantization_config, cfg_file);
   }
   const FileResidency residency = chosen ? *chosen : runtime_weight_residency(safetensors_bytes(dir));
-  HfReader r{std::make_shared<Checkpoint>(Checkpoint::open(dir, residency)), format, opened.qcfg};
+  // Adapters merged into the weights (the checkpoint's overlay), or read
+  // here and applied in the forward once the model is built. Tensors an
+  // adapter replaces whole (modules_to_save) are set through the overlay
+  // either way.
+  const bool merge = !lora.empty() && (lora.mode == LoraLoad::Mode::Merge ||
+                                       (lora.mode == LoraLoad::Mode::Auto && !c.quantization_config));
+  HfReader r{std::make_shared<Checkpoint>(merge ? open_checkpoint_with_loras(dir, lora.adapters, residency)
+                                                : Checkpoint::open(dir, residency)),
+             format, opened.qcfg};
+  std::vector<LoraAdapter> forward_adapters;
+  if (!lora.empty() && !merge) {
+    for (const LoraSpec& s : lora.adapters) forward_adapters.push_back(read_peft_adapter(s, c, *r.ck));
+    std::vector<LoraAdapter> replacing;
+    for (const LoraAdapter& a : forward_adapters)
+      if (!a.replaced.empty()) {
+        replacing.push_back(a);
+        replacing.back().modules.clear();
+      }
+    if (!replacing.empty()) r.ck->set_overlay(lora_merge_overlay(std::move(replacing)));
+  }
   // The checkpoint's tensors against the config, as `convert` checks them
   // too: a quantized format's Linears are read (and checked) by the format.
   check_hf_checkpoint(c, *r.ck, format == nullptr, dir.string(), cfg_file);
@@ -117,14 +139,23 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, s
   }
   auto model = std::make_unique<Model>(std::move(c), std::move(w), dir);
   model->set_weights_residency(residency);
+  if (!forward_adapters.empty()) apply_lora_forward(*model, forward_adapters, dir.string());
   return model;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir, std::optional<FileResidency> residency) {
+LoraLoad::Mode parse_lora_mode(const std::string& word, const std::string& flag) {
+  if (word == "auto") return LoraLoad::Mode::Auto;
+  if (word == "merge") return LoraLoad::Mode::Merge;
+  if (word == "forward") return LoraLoad::Mode::Forward;
+  throw Error(ErrorKind::Usage, flag + " " + printable_text(word) + ": expected auto, merge or forward");
+}
+
+std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir, std::optional<FileResidency> residency,
+                                     const LoraLoad& lora) {
   try {
-    return load_hf_model_checked(dir, residency);
+    return load_hf_model_checked(dir, residency, lora);
   } catch (const nlohmann::json::exception& e) {
     // A quantization_config (or hf_quant_config.json) value of the wrong JSON
     // type, read by one of the checkpoint-format readers.
@@ -132,14 +163,14 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir, std::opti
   }
 }
 
-std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on) {
+std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on, const LoraLoad& lora) {
   const std::filesystem::path p(model);
   if (is_file(p)) {
-    if (p.extension() == ".gguf") return load_gguf_model(p, runs_on);
+    if (p.extension() == ".gguf") return load_gguf_model(p, runs_on, lora);
     throw unsupported(model, "the runtime reads .gguf files and Hugging Face folders; this is neither");
   }
   ResolvedModel m = resolve_model(model);
-  return load_hf_model(m.dir);
+  return load_hf_model(m.dir, std::nullopt, lora);
 }
 
 }  // namespace qf::rt

@@ -23,6 +23,7 @@
 #include "formats/hf/model_config.h"
 #include "formats/hf/model_tensors.h"
 #include "runtime/kv_cache.h"
+#include "checkpoint/lora_adapter.h"
 #include "runtime/linear.h"
 
 namespace qf {
@@ -268,12 +269,26 @@ class Model {
 // Unsupported for the others).
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 
+// LoRA adapters to load with a model (`--lora DIR[:SCALE]`, `--lora-mode`):
+// merged into the weights (checkpoint/lora_merge.h; a Hugging Face base in
+// f32/f16/bf16 only), or applied in the forward (runtime/lora_linear.h: any
+// base; a GGUF base takes GGUF adapters, `convert --to gguf-lora`). Auto:
+// merged where it can be, else in the forward.
+struct LoraLoad {
+  enum class Mode { Auto, Merge, Forward };
+  std::vector<LoraSpec> adapters;
+  Mode mode = Mode::Auto;
+  bool empty() const { return adapters.empty(); }
+};
+// "auto", "merge" or "forward"; Usage error naming `flag` otherwise.
+LoraLoad::Mode parse_lora_mode(const std::string& word, const std::string& flag = "--lora-mode");
+
 // Loads a Hugging Face model (folder, cache repo, ORG/NAME) whose weights are
 // f32/f16/bf16 safetensors, views straight into the mapped files.
 // `residency`: read into memory or mapped; unset, as QF_WEIGHTS says
 // (core/weight_residency.h).
 std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir,
-                                     std::optional<FileResidency> residency = std::nullopt);
+                                     std::optional<FileResidency> residency = std::nullopt, const LoraLoad& lora = {});
 
 // A GGUF file (llama, qwen2, qwen3 architectures; every type kquants reads),
 // weights used in place from the mapping. `runs_on`: where the model will run.
@@ -281,7 +296,8 @@ std::unique_ptr<Model> load_hf_model(const std::filesystem::path& dir,
 // regrouped in place for the CPU's decode kernel where it has one
 // (make_block_linear's `regroup`); for a device every weight stays as stored,
 // which is what the device runtime uploads.
-std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on = device::Kind::Cpu);
+std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device::Kind runs_on = device::Kind::Cpu,
+                                       const LoraLoad& lora = {});
 
 // The hyper-parameters of a GGUF model (general.architecture and its
 // "<arch>.*" keys, the vocabulary from token_embd.weight), validated by
@@ -290,6 +306,7 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device
 ModelConfig gguf_model_config(const GgufFile& file);
 
 // Any model the runtime reads: a .gguf file, a Hugging Face folder (or cache id).
-std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on = device::Kind::Cpu);
+std::unique_ptr<Model> load_model(const std::string& model, device::Kind runs_on = device::Kind::Cpu,
+                                  const LoraLoad& lora = {});
 
 }  // namespace qf::rt
