@@ -17,22 +17,44 @@
 #     it (prefill, decode) on cuda.
 # Expected output: "gpu_check: all checks passed" and the timings (see
 # docs/benchmarks.md, "GPU"). Exit 0 when every check passed.
+#
+# On a machine without the Debian packages (a stock CUDA image, no network),
+# build here and bring the binaries: QF_GPU_PREBUILT=DIR skips setup and the
+# build and runs DIR/quantforge, DIR/qf_tests and DIR/qf_gptq_device_bench
+# (their shared libraries found through LD_LIBRARY_PATH); QF_PY names a
+# python3 with numpy (default /usr/bin/python3); QF_GPU_TINY_CPU=0 leaves out
+# the CPU quantization of the 1.1B synthetic model (minutes on the CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip_8b=0
 [[ "${1:-}" == "--skip-8b" ]] && skip_8b=1
-scripts/setup.sh
+PY="${QF_PY:-/usr/bin/python3}"
+bin=build-cuda/bin
+if [[ -n "${QF_GPU_PREBUILT:-}" ]]; then
+  bin="$QF_GPU_PREBUILT"
+else
+  scripts/setup.sh
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
-cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQF_CUDA=ON >/dev/null
-cmake --build build-cuda -j "$(nproc)" --target quantforge qf_tests qf_gptq_device_bench
-Q=build-cuda/bin/quantforge
+if [[ -z "${QF_GPU_PREBUILT:-}" ]]; then
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQF_CUDA=ON >/dev/null
+  cmake --build build-cuda -j "$(nproc)" --target quantforge qf_tests qf_gptq_device_bench
+fi
+Q=$bin/quantforge
+# timed LABEL cmd...: runs cmd and prints "LABEL: S s wall" (GNU time's peak RSS too where it is installed).
+timed() {
+  local label="$1"; shift
+  if [[ -x /usr/bin/time ]]; then /usr/bin/time -f "$label: %e s wall, %M KiB peak RSS" "$@"
+  else local t0=$EPOCHREALTIME; "$@"; awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$label" 'BEGIN { printf "%s: %.2f s wall\n", l, b - a }'; fi
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0
 
 echo "== device tests"
-build-cuda/bin/qf_tests --gtest_filter='*Device*' | tee "$work/tests.txt"
+# A failing check is counted and the script goes on, so one run reports every number.
+"$bin/qf_tests" --gtest_filter='*Device*:*Cuda*' | tee "$work/tests.txt" || { echo "FAIL: device tests"; fails=$((fails + 1)); }
 if grep -q "no CUDA device" "$work/tests.txt"; then
   echo "gpu_check: FAIL: the CUDA cases were skipped: no usable GPU"; exit 1
 fi
@@ -43,8 +65,8 @@ calib=tests/data/text/calibration.txt
 evaltxt=tests/data/text/evaluation.txt
 for r in w4-rtn fp8 nvfp4 w4-gptq; do
   for d in cpu cuda; do
-    /usr/bin/time -f "$r $d %e s" "$Q" -q quantize "$fx" --recipe tests/data/recipes/$r.yaml --calib "$calib" \
-      -o "$work/$d-$r" --device "$d" >/dev/null
+    timed "$r $d" "$Q" -q quantize "$fx" --recipe tests/data/recipes/$r.yaml --calib "$calib" \
+      -o "$work/$d-$r" --device "$d" >/dev/null || { echo "FAIL: quantize $r on $d"; fails=$((fails + 1)); }
   done
   if [[ $r == w4-rtn ]]; then
     if cmp -s "$work/cpu-$r/model.safetensors" "$work/cuda-$r/model.safetensors"; then echo "ok: $r byte-identical"
@@ -52,9 +74,10 @@ for r in w4-rtn fp8 nvfp4 w4-gptq; do
     continue
   fi
   for d in cpu cuda; do
-    "$Q" -q eval "$work/$d-$r" --text "$evaltxt" --baseline "$fx" --json "$work/$d-eval.json" >/dev/null
+    "$Q" -q eval "$work/$d-$r" --text "$evaltxt" --baseline "$fx" --json "$work/$d-eval.json" >/dev/null \
+      || { echo "FAIL: eval of $r from $d"; fails=$((fails + 1)); }
   done
-  /usr/bin/python3 - "$work/cpu-eval.json" "$work/cuda-eval.json" "$r" <<'PYEOF' || fails=$((fails + 1))
+  $PY - "$work/cpu-eval.json" "$work/cuda-eval.json" "$r" <<'PYEOF' || fails=$((fails + 1))
 import json, sys
 cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
 kc, kg = cpu["kld"]["mean"], gpu["kld"]["mean"]
@@ -64,9 +87,9 @@ print(f"ok: {sys.argv[3]} on cuda as good as on cpu")
 PYEOF
 done
 for d in cpu cuda; do
-  "$Q" -q eval "$fx" --text "$evaltxt" --device "$d" --json "$work/$d-ppl.json" >/dev/null
+  "$Q" -q eval "$fx" --text "$evaltxt" --device "$d" --json "$work/$d-ppl.json" >/dev/null || { echo "FAIL: eval on $d"; fails=$((fails + 1)); }
 done
-/usr/bin/python3 - "$work/cpu-ppl.json" "$work/cuda-ppl.json" <<'PYEOF' || fails=$((fails + 1))
+$PY - "$work/cpu-ppl.json" "$work/cuda-ppl.json" <<'PYEOF' || fails=$((fails + 1))
 import json, sys
 c, g = (json.load(open(p)) for p in sys.argv[1:3])
 print(f"fixture perplexity: cpu {c['ppl']:.6f} ({c['seconds']:.2f} s), cuda {g['ppl']:.6f} ({g['seconds']:.2f} s)")
@@ -78,15 +101,17 @@ PYEOF
 
 if [[ $skip_8b -eq 0 ]]; then
   echo "== GPTQ, Llama-3-8B-shaped layers, 128 x 2048 calibration tokens (cuda)"
-  build-cuda/bin/qf_gptq_device_bench 4096 4096 262144 cuda
-  build-cuda/bin/qf_gptq_device_bench 4096 14336 262144 cuda
+  "$bin/qf_gptq_device_bench" 4096 4096 262144 cuda
+  "$bin/qf_gptq_device_bench" 4096 14336 262144 cuda
 fi
 
 echo "== TinyLlama-shaped synthetic model, W4A16 GPTQ"
 model=build-cuda/tinyllama-synth
-[[ -f $model/model.safetensors ]] || /usr/bin/python3 scripts/bench/make_synthetic_model.py "$model"
-for d in cuda cpu; do
-  /usr/bin/time -f "tinyllama w4a16-gptq on $d: %e s wall, %M KiB peak RSS" "$Q" -q quantize "$model" \
+[[ -f $model/model.safetensors ]] || $PY scripts/bench/make_synthetic_model.py "$model"
+devices="cuda cpu"
+[[ "${QF_GPU_TINY_CPU:-1}" == 0 ]] && devices=cuda
+for d in $devices; do
+  timed "tinyllama w4a16-gptq on $d" "$Q" -q quantize "$model" \
     --recipe recipes/w4a16-gptq.yaml -o "$work/tiny-$d" --device "$d" >/dev/null
 done
 "$Q" bench "$model" -p 512 -n 128 --device cuda
