@@ -58,6 +58,10 @@ double stored_bits_per_weight(const QuantizedTensor& q) {
   const double n = static_cast<double>(q.rows) * static_cast<double>(q.cols);
   if (n <= 0) return 0;
   const double params = static_cast<double>(q.scales.size());
+  if (s.is_bnb4()) {  // codes, absmax (f32, or 8-bit codes + f32 per 256 + the offset)
+    const double absmax = s.double_quant ? params * 8 + static_cast<double>(q.nested_absmax.size()) * 32 + 32 : params * 32;
+    return (n * 4 + absmax) / n;
+  }
   double bits = n * s.bits + params * 8.0 * static_cast<double>(dtype_size(s.scale_dtype));
   if (!s.is_float() && !s.symmetric) bits += params * s.bits;  // packed zero points
   bits += static_cast<double>(q.g_idx.size()) * 32;

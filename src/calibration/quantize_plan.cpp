@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/compressed_tensors.h"
 #include "quantizers/act_quant.h"
+#include "quantizers/bnb4.h"
 #include "quantizers/device_quantizers.h"
 #include "quantizers/float_quant.h"
 #include "quantizers/rtn.h"
@@ -35,8 +36,9 @@ void check_linear(const ModifierSpec& mod, const ModifierSpec::Group& g, const s
                   int64_t cols, const CheckpointFormat& format, bool gptq) {
   const QuantScheme& w = g.weights;
   check_divisible(mod, g, w, name, cols);
-  if (gptq && w.is_float())
-    throw unsupported(g.where, "GPTQModifier quantizes integer weights; use QuantizationModifier for " + w.describe());
+  if (gptq && !w.is_int())
+    throw unsupported(g.where, "GPTQModifier quantizes integer weights; use QuantizationModifier for " + w.describe() +
+                                   (w.is_bnb4() ? " (bitsandbytes' NF4/FP4 are round-to-nearest only)" : ""));
   const ActivationScheme* a = g.input_activations ? &*g.input_activations : nullptr;
   LinearCheck c;
   c.name = name;
@@ -101,6 +103,7 @@ QuantizedTensor round_to_nearest(const float* w, int64_t rows, int64_t cols, con
                                  float nvfp4_global_amax, device::Kind where_to) {
   if (p.weights.is_fp8()) return quantize_fp8_on(where_to, w, rows, cols, p.weights);
   if (p.weights.is_nvfp4()) return quantize_nvfp4_on(where_to, w, rows, cols, p.weights, nvfp4_global_amax);
+  if (p.weights.is_bnb4()) return quantize_bnb4(w, rows, cols, p.weights);  // the CPU reference on every device: one pass
   return quantize_rtn_on(where_to, w, rows, cols, p.weights, p.observer, p.mse);
 }
 
@@ -179,6 +182,16 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
       std::optional<ModifierSpec::Group> g = scheme_for(mod, name);
       if (g && g->quantize_weights) {
         if (!g->scale_dtype_set) g->weights.scale_dtype = sdt;
+        if (g->weights.is_bnb4()) {
+          // bitsandbytes: round to nearest of the model's own weights only.
+          if (smoothquant || awq)
+            throw unsupported((smoothquant ? smoothquant : awq)->where,
+                              std::string(smoothquant ? "SmoothQuantModifier" : "AWQModifier") + " with " +
+                                  g->weights.describe() +
+                                  ": bitsandbytes' NF4/FP4 quantize the model's weights as they are, by round to nearest "
+                                  "(QuantizationModifier alone)");
+          g->weights.double_quant = recipe.export_.double_quant;
+        }
         check_linear(mod, *g, name, rows, cols, format, gptq);
         if (g->input_activations) {
           g->input_activations->validate(g->where);
@@ -269,6 +282,7 @@ QuantizePlan make_quantize_plan(const Recipe& recipe, const rt::Model& model) {
   plan.export_config.by_gptq = gptq;
   plan.export_config.kv_cache = mod.kv_cache_scheme;
   plan.export_config.dampening_frac = mod.dampening_frac;
+  plan.export_config.compute_dtype = recipe.export_.compute_dtype;
 
   std::vector<std::string> reasons;
   if (gptq) reasons.push_back("GPTQ");

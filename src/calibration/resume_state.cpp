@@ -39,12 +39,14 @@ DType dtype_named(const std::string& s, const std::string& where) {
 json scheme_json(const QuantScheme& s) {
   return {{"type", quant_type_name(s.type)}, {"bits", s.bits}, {"symmetric", s.symmetric},
           {"strategy", strategy_name(s.strategy)}, {"group_size", s.group_size},
-          {"scale_dtype", safetensors_dtype_name(s.scale_dtype)}};
+          {"scale_dtype", safetensors_dtype_name(s.scale_dtype)}, {"double_quant", s.double_quant}};
 }
 
 QuantType type_named(const std::string& s, const std::string& where) {
   if (s == "int") return QuantType::Int;
   if (s == "float") return QuantType::Float;
+  if (s == "nf4") return QuantType::Nf4;
+  if (s == "fp4") return QuantType::Fp4;
   throw invalid_input(where, "unknown quantization type '" + s + "'");
 }
 
@@ -63,6 +65,7 @@ QuantScheme scheme_from(const json& j, const std::string& where) {
   s.strategy = strategy_named(j.at("strategy").get<std::string>(), where);
   s.group_size = j.at("group_size").get<int64_t>();
   s.scale_dtype = dtype_named(j.at("scale_dtype").get<std::string>(), where);
+  s.double_quant = j.value("double_quant", false);
   return s;
 }
 
@@ -278,6 +281,7 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
                        {"rows", d.q.rows},
                        {"cols", d.q.cols},
                        {"global_scale", d.q.global_scale},
+                       {"absmax_offset", d.q.absmax_offset},
                        {"error", d.error},
                        {"seconds", d.seconds},
                        {"note", d.note},
@@ -295,6 +299,8 @@ void ResumeState::write_layer(int64_t li, const std::vector<rt::LayerLinearId>& 
     add_vector(w, d.name + ".scales", DType::F32, d.q.scales);
     if (!d.q.zeros.empty()) add_vector(w, d.name + ".zeros", DType::I32, d.q.zeros);
     if (!d.q.g_idx.empty()) add_vector(w, d.name + ".g_idx", DType::I32, d.q.g_idx);
+    if (!d.q.absmax_codes.empty()) add_vector(w, d.name + ".absmax_codes", DType::U8, d.q.absmax_codes);
+    if (!d.q.nested_absmax.empty()) add_vector(w, d.name + ".nested_absmax", DType::F32, d.q.nested_absmax);
   }
   meta["linears"] = linears;
   add_vector(w, "attn_norm", DType::F32, L.attn_norm);
@@ -361,6 +367,9 @@ SavedLayer ResumeState::restore_layer(const ModelConfig& c, int64_t li, rt::Laye
       d.q.scales = read_vector<float>(f, d.name + ".scales", DType::F32, false);
       d.q.zeros = read_vector<int32_t>(f, d.name + ".zeros", DType::I32, true);
       d.q.g_idx = read_vector<int32_t>(f, d.name + ".g_idx", DType::I32, true);
+      d.q.absmax_codes = read_vector<uint8_t>(f, d.name + ".absmax_codes", DType::U8, true);
+      d.q.nested_absmax = read_vector<float>(f, d.name + ".nested_absmax", DType::F32, true);
+      d.q.absmax_offset = l.value("absmax_offset", 0.0f);
       d.q.validate(where + ": " + d.name);
       // JSON has no NaN: a non-finite error (--allow-nonfinite) was written as null.
       d.error = l.at("error").is_null() ? std::numeric_limits<double>::quiet_NaN() : l.at("error").get<double>();

@@ -10,12 +10,13 @@ const CheckpointFormat& compressed_tensors_checkpoint_format();
 const CheckpointFormat& gptq_checkpoint_format();
 const CheckpointFormat& awq_checkpoint_format();
 const CheckpointFormat& modelopt_checkpoint_format();
+const CheckpointFormat& bitsandbytes_checkpoint_format();
 
 void require_integer_weight_only(const LinearCheck& c, const std::string& format) {
   if (c.act)
     throw unsupported(c.where, "the " + format + " format holds weight-only schemes; export compressed-tensors for " +
                                    c.act->describe() + " activations");
-  if (c.weights->is_float())
+  if (!c.weights->is_int())
     throw unsupported(c.where, "the " + format + " format holds integer weights, not " + c.weights->describe());
 }
 
@@ -23,7 +24,8 @@ const std::vector<const CheckpointFormat*>& checkpoint_formats() {
   // The first is the default (a recipe without export.format).
   static const std::vector<const CheckpointFormat*> all = {&compressed_tensors_checkpoint_format(),
                                                            &gptq_checkpoint_format(), &awq_checkpoint_format(),
-                                                           &modelopt_checkpoint_format()};
+                                                           &modelopt_checkpoint_format(),
+                                                           &bitsandbytes_checkpoint_format()};
   return all;
 }
 

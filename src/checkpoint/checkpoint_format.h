@@ -1,8 +1,9 @@
 // One interface over the quantized checkpoint formats quantforge writes and
-// reads: compressed-tensors (vLLM), GPTQ and AutoAWQ (transformers, vLLM) and
-// modelopt (NVIDIA Model Optimizer's Hugging Face export). Each format is one
+// reads: compressed-tensors (vLLM), GPTQ and AutoAWQ (transformers, vLLM),
+// modelopt (NVIDIA Model Optimizer's Hugging Face export) and bitsandbytes
+// 4-bit (NF4/FP4; transformers, vLLM). Each format is one
 // class in its own file (compressed_tensors.cpp, gptq_format.cpp,
-// awq_format.cpp, modelopt_format.cpp) and is found by name in the registry
+// awq_format.cpp, modelopt_format.cpp, bitsandbytes_format.cpp) and is found by name in the registry
 // below: the quantize plan asks it what it can hold, the quantize driver
 // writes through it, the runtime loader and `inspect` read through it. Adding
 // a format is one file and one registry entry.
@@ -52,6 +53,7 @@ struct ExportConfig {
   std::optional<ActivationScheme> kv_cache;
   bool by_gptq = false;          // quantized by GPTQ (its act-order is recorded as the peers record it)
   double dampening_frac = 0.01;  // GPTQ's
+  std::string compute_dtype;     // bitsandbytes: bnb_4bit_compute_dtype ("" = its default, float32)
 };
 
 // One Linear read back from a checkpoint.
@@ -105,7 +107,7 @@ class CheckpointFormat {
 };
 
 // For formats that hold integer weight-only schemes (GPTQ, AutoAWQ): Unsupported
-// naming c.where for input activations or float weights.
+// naming c.where for input activations, float or NF4/FP4 weights.
 void require_integer_weight_only(const LinearCheck& c, const std::string& format);
 
 // The registry. checkpoint_format: "" is the default (compressed-tensors);
@@ -113,6 +115,6 @@ void require_integer_weight_only(const LinearCheck& c, const std::string& format
 const CheckpointFormat& checkpoint_format(const std::string& name, const std::string& where);
 const CheckpointFormat* find_checkpoint_format(const std::string& name);  // exact name; nullptr when unknown
 const std::vector<const CheckpointFormat*>& checkpoint_formats();
-std::string checkpoint_format_names();  // "compressed-tensors, gptq, awq, modelopt"
+std::string checkpoint_format_names();  // "compressed-tensors, gptq, awq, modelopt, bitsandbytes"
 
 }  // namespace qf

@@ -20,15 +20,15 @@ TEST(CheckpointFormat, RegistryFindsEachFormatByItsName) {
     EXPECT_EQ(find_checkpoint_format(f->name()), f);
     EXPECT_EQ(&checkpoint_format(f->name(), "r.yaml:1:1"), f);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"compressed-tensors", "gptq", "awq", "modelopt"}));
-  EXPECT_EQ(checkpoint_format_names(), "compressed-tensors, gptq, awq, modelopt");
+  EXPECT_EQ(names, (std::vector<std::string>{"compressed-tensors", "gptq", "awq", "modelopt", "bitsandbytes"}));
+  EXPECT_EQ(checkpoint_format_names(), "compressed-tensors, gptq, awq, modelopt, bitsandbytes");
   EXPECT_EQ(std::string(checkpoint_format("", "r.yaml:1:1").name()), "compressed-tensors");  // the default
   EXPECT_EQ(find_checkpoint_format(""), nullptr);  // a checkpoint without quant_method is not quantized by any
   EXPECT_EQ(find_checkpoint_format("GPTQ"), nullptr);
   EXPECT_QF_ERROR(checkpoint_format("gtpq", "r.yaml:9:11"), ErrorKind::InvalidInput,
                   "r.yaml:9:11: export.format: unknown format 'gtpq' (did you mean 'gptq'?)");
   EXPECT_QF_ERROR(checkpoint_format("safetensors", "r.yaml:9:11"), ErrorKind::InvalidInput,
-                  "unknown format 'safetensors' (compressed-tensors, gptq, awq, modelopt)");
+                  "unknown format 'safetensors' (compressed-tensors, gptq, awq, modelopt, bitsandbytes)");
 }
 
 TEST(CheckpointFormat, CapabilitiesAndLinearChecks) {

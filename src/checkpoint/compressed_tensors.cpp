@@ -587,7 +587,11 @@ class CompressedTensorsFormat final : public CheckpointFormat {
 
   // Every scheme quantforge quantizes has a compressed-tensors format
   // (compressed_tensors_format_of); add_linear validates each Linear.
-  void check_linear(const LinearCheck&) const override {}
+  void check_linear(const LinearCheck& c) const override {
+    if (c.weights->is_bnb4())
+      throw unsupported(c.where, "compressed-tensors has no " + c.weights->describe() +
+                                     " format; NF4/FP4 are written by export: {format: bitsandbytes}");
+  }
   bool one_scheme_per_model() const override { return false; }
   bool every_linear_quantized() const override { return false; }
   bool holds_kv_scales() const override { return true; }

@@ -60,7 +60,9 @@ const std::vector<std::string>& preset_names() {
       "UNQUANTIZED", "W4A16_ASYM", "W8A8",  "INT8",  "W4AFP8", "FP8",   "FP8_DYNAMIC", "FP8_BLOCK",
       "NVFP4A16",    "NVFP4",      "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP8", "W2A4", "W2A8",
       "W2A16",       "W3A4",       "W3A8",  "W3A16", "W4A4",  "W4A8",  "W4A16", "W5A8",
-      "W5A16",       "W6A8",       "W6A16", "W7A8",  "W7A16", "W8A16"};
+      "W5A16",       "W6A8",       "W6A16", "W7A8",  "W7A16", "W8A16",
+      // quantforge: bitsandbytes' 4-bit types (export: {format: bitsandbytes})
+      "NF4", "FP4"};
   return names;
 }
 
@@ -116,6 +118,11 @@ std::optional<Preset> preset(const std::string& name_any_case) {
     p.input_activations = ActivationScheme::fp8_token();
     return p;
   }
+  if (name == "NF4" || name == "FP4") {  // bitsandbytes: blocks of 64, f32 absmax, round to nearest only
+    p.supported = p.has_weights = true;
+    p.weights = QuantScheme::bnb4(name == "NF4" ? QuantType::Nf4 : QuantType::Fp4);
+    return p;
+  }
   if (name == "NVFP4A16" || name == "NVFP4") {
     p.supported = p.has_weights = true;
     p.weights = QuantScheme::nvfp4();
@@ -126,7 +133,8 @@ std::optional<Preset> preset(const std::string& name_any_case) {
 }
 
 const char* kSupportedPresets =
-    "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, W8A8 (INT8), W4A8, W4AFP8, FP8, FP8_DYNAMIC, NVFP4, NVFP4A16, UNQUANTIZED";
+    "W4A16, W4A16_ASYM, W8A16, W2A16..W7A16, W8A8 (INT8), W4A8, W4AFP8, FP8, FP8_DYNAMIC, NVFP4, NVFP4A16, NF4, FP4, "
+    "UNQUANTIZED";
 
 // A group of a preset; `prefix` starts the messages after the position.
 ModifierSpec::Group make_preset_group(const std::string& name, const std::vector<std::string>& targets,
@@ -520,9 +528,9 @@ void Parser::parse_modifier(const Entry& mod, const std::string& stage, const st
   weight_obs_override_.clear();
   if (!weight_obs.empty())
     for (auto& g : m.groups) {
-      if (weight_obs == "mse" && g.quantize_weights && g.weights.is_float())
+      if (weight_obs == "mse" && g.quantize_weights && !g.weights.is_int())
         fail(weight_obs_node, kind + ": observer 'mse' is implemented for integer weights; " + g.name + " is " +
-                                  g.weights.describe() + " (FP8 and NVFP4 weights use minmax)",
+                                  g.weights.describe() + " (FP8, NVFP4, NF4 and FP4 weights use minmax)",
              ErrorKind::Unsupported);
       g.observer = weight_obs;
     }
@@ -902,9 +910,24 @@ void Parser::parse_calibration(const Entry& e, CalibrationSpec& c) {
 }
 
 void Parser::parse_export(const Entry& e, ExportSpec& x) {
-  static const std::vector<std::string> keys = {"format", "shard_size"};
+  static const std::vector<std::string> keys = {"format", "shard_size", "double_quant", "compute_dtype"};
   Entries a = entries(e.value, "export", &keys);
-  reject_null(a, "export", {"format", "shard_size"});
+  reject_null(a, "export", {"format", "shard_size", "double_quant", "compute_dtype"});
+  // bitsandbytes' own keys (BitsAndBytesConfig's bnb_4bit_use_double_quant and
+  // bnb_4bit_compute_dtype): refused for every other format.
+  for (const char* k : {"double_quant", "compute_dtype"})
+    if (const Entry* be = a.find(k); be && (!a.has("format") || a.get("format").Scalar() != "bitsandbytes"))
+      fail(be->key_node, std::string("export.") + k + ": only for format: bitsandbytes", ErrorKind::Unsupported);
+  if (a.has("double_quant")) {
+    const YAML::Node d = a.get("double_quant");
+    x.double_quant = as_bool(d, "export.double_quant");
+  }
+  if (a.has("compute_dtype")) {
+    const YAML::Node d = a.get("compute_dtype");
+    x.compute_dtype = as_string(d, "export.compute_dtype");
+    if (x.compute_dtype != "float32" && x.compute_dtype != "float16" && x.compute_dtype != "bfloat16")
+      fail(d, "export.compute_dtype: expected float32, float16 or bfloat16, got " + got(d));
+  }
   if (a.has("format")) {
     const YAML::Node f = a.get("format");
     // The name is looked up in the checkpoint-format registry by the quantize
@@ -999,6 +1022,9 @@ void Parser::check_mixed_precision(const Entry& e, const Recipe& r) {
   const MixedPrecisionSpec& mp = *r.mixed_precision;
   for (size_t i = 0; i < mp.schemes.size(); ++i) {
     const ModifierSpec::Group g = make_preset_group(mp.schemes[i], {}, "", mp.scheme_where[i], "");
+    if (g.weights.is_bnb4())
+      throw unsupported(mp.scheme_where[i], "mixed_precision.schemes: " + mp.schemes[i] +
+                                                " is written by the bitsandbytes format, which holds one scheme per model");
     if (q->is_gptq() && g.quantize_weights && g.weights.is_float())
       throw unsupported(mp.scheme_where[i], "mixed_precision.schemes: GPTQModifier quantizes integer weights; " +
                                                 mp.schemes[i] + " has " + g.weights.describe() +

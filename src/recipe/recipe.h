@@ -152,6 +152,9 @@ struct ExportSpec {
   std::string format;        // a checkpoint format's name (checkpoint/checkpoint_format.h); empty: the default
   std::string format_where;  // "FILE:LINE:COL" of the value, for messages
   uint64_t max_shard_bytes = 5ull << 30;      // `shard_size`: "5GB" (10^9), "5GiB" (2^30), or bytes
+  // format: bitsandbytes only (refused for the others):
+  bool double_quant = false;  // `double_quant`: bnb_4bit_use_double_quant (BitsAndBytesConfig's default, false)
+  std::string compute_dtype;  // `compute_dtype`: bnb_4bit_compute_dtype ("": float32, BitsAndBytesConfig's default)
 };
 
 // quantforge's `mixed_precision:` section (docs/mixed-precision.md): the

@@ -58,7 +58,7 @@ TEST(Recipe, EveryShippedRecipeParses) {
     }
     // The shipped recipes name no GPTQ export (they are for vLLM), or the default.
     EXPECT_TRUE(r.export_.format.empty() || r.export_.format == "compressed-tensors" || r.export_.format == "awq" ||
-                r.export_.format == "modelopt")
+                r.export_.format == "modelopt" || r.export_.format == "bitsandbytes")
         << r.export_.format;
     ++n;
   }
@@ -671,7 +671,7 @@ TEST(Recipe, ObserversEitherApplyOrAreRefused) {
   const std::string q = "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n";
   expect_error(q + "      scheme: FP8\n      weight_observer: mse\n", ErrorKind::Unsupported,
                "r.yaml:5:24: QuantizationModifier: observer 'mse' is implemented for integer weights; group_0 is fp8 "
-               "tensor (FP8 and NVFP4 weights use minmax)");
+               "tensor (FP8, NVFP4, NF4 and FP4 weights use minmax)");
   expect_error(q + "      config_groups:\n        g:\n          targets: [Linear]\n"
                    "          weights: {num_bits: 8, type: float, strategy: channel, observer: mse}\n",
                ErrorKind::Unsupported,
@@ -881,6 +881,38 @@ TEST(Recipe, DeeplyNestedYamlIsInvalidInputNamingTheFile) {
   text += "1" + std::string(100, '}') + "\n";
   EXPECT_EQ(parse_error(text).kind(), ErrorKind::InvalidInput);
   EXPECT_EQ(std::string(parse_error(text).what()).find("nested too deeply"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qf
+
+namespace qf {
+namespace {
+
+TEST(Recipe, BitsandbytesPresetsAndExportKeys) {
+  const std::string q = "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: ";
+  const Recipe r = parse_recipe_text(q + "nf4\nexport:\n  format: bitsandbytes\n  double_quant: true\n  compute_dtype: bfloat16\n",
+                                     "r.yaml");
+  const auto& g = r.modifiers.at(0).groups.at(0);
+  EXPECT_TRUE(g.weights.is_bnb4());
+  EXPECT_EQ(g.weights.type, QuantType::Nf4);
+  EXPECT_EQ(g.weights.group_size, 64);
+  EXPECT_FALSE(g.input_activations);
+  EXPECT_FALSE(g.scale_dtype_set);  // the plan gives it the model dtype
+  EXPECT_TRUE(r.export_.double_quant);
+  EXPECT_EQ(r.export_.compute_dtype, "bfloat16");
+  const Recipe f = parse_recipe_text(q + "FP4\nexport: {format: bitsandbytes}\n", "r.yaml");
+  EXPECT_EQ(f.modifiers.at(0).groups.at(0).weights.type, QuantType::Fp4);
+  EXPECT_FALSE(f.export_.double_quant);  // BitsAndBytesConfig's default
+  EXPECT_EQ(f.export_.compute_dtype, "");
+  EXPECT_QF_ERROR(parse_recipe_text(q + "NF4\nexport: {format: gptq, double_quant: true}\n", "r.yaml"),
+                  ErrorKind::Unsupported, "r.yaml:5:24: export.double_quant: only for format: bitsandbytes");
+  EXPECT_QF_ERROR(parse_recipe_text(q + "NF4\nexport: {format: bitsandbytes, compute_dtype: float64}\n", "r.yaml"),
+                  ErrorKind::InvalidInput, "export.compute_dtype: expected float32, float16 or bfloat16");
+  EXPECT_QF_ERROR(parse_recipe_text(q + "NF4\nexport: {format: bitsandbytes, double_quants: true}\n", "r.yaml"),
+                  ErrorKind::InvalidInput, "unknown key 'double_quants'");
+  EXPECT_QF_ERROR(parse_recipe_text(q + "NF4\n      weight_observer: mse\n", "r.yaml"), ErrorKind::Unsupported,
+                  "observer 'mse' is implemented for integer weights");
 }
 
 }  // namespace

@@ -9,6 +9,10 @@
 //     the tensor/channel/group scale;
 //   - NVFP4 weights: codes packed two per byte (element 2j in the low nibble),
 //     block scales kept as e4m3 bytes, decoded as table[code] * (scale / global);
+//   - bitsandbytes NF4/FP4 weights: the packed bytes as stored (first element
+//     in the high nibble) and the f32 absmax of each 64-element block of the
+//     flattened weight (decoded when double-quantized), decoded as
+//     round_to(dtype, table[code] * absmax), bitsandbytes' dequantize_4bit;
 //   - other integer weights: kept packed (make_packed_linear) and decoded by it.
 // Decoded rows go through forward_row_tiles against x, fake-quantized first
 // (quantize_activations) when there is an input quantizer. Every decode gives
@@ -21,6 +25,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "checkpoint/pack.h"
+#include "quantizers/bnb4.h"
 #include "runtime/cpu/int8_gemm.h"
 #include "runtime/linear.h"
 
@@ -47,7 +52,7 @@ const std::array<float, 16>& e2m1_table() {
   return t;
 }
 
-enum class Kind { Int8Gemm, Fp8, Nvfp4, IntDecode };
+enum class Kind { Int8Gemm, Fp8, Nvfp4, Bnb4, IntDecode };
 
 bool int8_gemm_applies(const QuantizedTensor& q, const ActQuantParams* act) {
   if (!act || act->scheme.type != QuantType::Int || act->scheme.bits != 8) return false;
@@ -86,6 +91,11 @@ class QuantizedLinear final : public Linear {
       groups_ = q.n_groups();
       codes_ = pack_nvfp4_rows(q);          // q.validate: exact non-negative e4m3 block scales,
       block_scales_ = nvfp4_scales_e4m3(q);  // cols a multiple of 16
+    } else if (q.scheme.is_bnb4()) {
+      kind_ = Kind::Bnb4;
+      codes_ = pack_bnb4(q.q, q.scheme.type);
+      scales_ = q.scales;
+      for (int i = 0; i < 16; ++i) lut16_[static_cast<size_t>(i)] = hd::bnb4_value(q.scheme.type == QuantType::Fp4, static_cast<uint8_t>(i));
     } else {
       kind_ = Kind::IntDecode;
       inner_ = make_packed_linear(q, nullptr, name);
@@ -147,6 +157,17 @@ class QuantizedLinear final : public Linear {
         }
         return;
       }
+      case Kind::Bnb4: {
+        const int64_t bs = scheme_.group_size, e0 = r * in_;
+        const DType dt = scheme_.scale_dtype;
+        for (int64_t c = 0; c < in_; ++c) {
+          const int64_t e = e0 + c;
+          const uint8_t b = codes_[static_cast<size_t>(e / 2)];
+          const uint8_t code = (e % 2 == 0) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 15u);
+          out[c] = bnb_round_out(dt, lut16_[code] * scales_[static_cast<size_t>(e / bs)]);
+        }
+        return;
+      }
       case Kind::IntDecode: inner_->decode_row(r, out); return;
     }
   }
@@ -156,6 +177,7 @@ class QuantizedLinear final : public Linear {
       case Kind::Int8Gemm: return qw_.size() + (sw_.size() + wsum_.size()) * 4;  // int8 codes, f32 scales, int32 row sums
       case Kind::Fp8: return codes_.size() + scales_.size() * 4;                 // e4m3 bytes, f32 scales
       case Kind::Nvfp4: return codes_.size() + block_scales_.size() + 4;         // nibbles, e4m3 block scales, global
+      case Kind::Bnb4: return codes_.size() + scales_.size() * 4;                // nibbles, f32 absmax
       case Kind::IntDecode: return inner_->weight_bytes();
     }
     return 0;
@@ -168,7 +190,8 @@ class QuantizedLinear final : public Linear {
     DeviceWeightForm f;
     switch (kind_) {
       case Kind::IntDecode: return inner_->device_form();
-      case Kind::Int8Gemm: return f;  // decoded to f32 on the device
+      case Kind::Int8Gemm:
+      case Kind::Bnb4: return f;  // decoded to f32 on the device
       case Kind::Fp8:
         f.kind = DeviceWeightForm::Kind::Fp8;
         f.scales = scales_.data(), f.n_scales = scales_.size();
@@ -227,6 +250,7 @@ class QuantizedLinear final : public Linear {
   std::vector<uint8_t> block_scales_;
   float global_ = 0;
   int64_t groups_ = 1;
+  std::array<float, 16> lut16_{};  // Bnb4
   // IntDecode
   std::unique_ptr<Linear> inner_;
 };
@@ -237,7 +261,7 @@ std::unique_ptr<Linear> make_quantized_linear(const QuantizedTensor& q, const Ac
                                               const std::string& name) {
   q.validate(name);
   if (act) act->scheme.validate(name);
-  if (!act && !q.scheme.is_float()) return make_packed_linear(q, bias, name);
+  if (!act && q.scheme.is_int()) return make_packed_linear(q, bias, name);
   std::vector<float> b;
   if (bias) {
     if (bias->numel() != q.rows)

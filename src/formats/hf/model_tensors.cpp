@@ -240,8 +240,10 @@ void check_hf_checkpoint(const ModelConfig& c, const Checkpoint& ck, bool dense_
     if (!split_layer_name(name, layer, rest)) continue;
     const std::string tail = name.substr(rest);
     if (tail.rfind("mlp.", 0) != 0 && tail.rfind("block_sparse_moe.", 0) != 0) continue;
-    const size_t last = tail.rfind('.');
-    const std::string mod = tail.substr(0, last);
+    // bitsandbytes keeps a quantized Linear's state under "P.weight.<part>"
+    // (absmax, quant_map, quant_state.bitsandbytes__nf4, ...): module P.
+    const size_t wpart = tail.find(".weight.");
+    const std::string mod = wpart != std::string::npos ? tail.substr(0, wpart) : tail.substr(0, tail.rfind('.'));
     if (mlp_module_expected(c, layer, mod)) continue;
     throw invalid_input(where, "tensor '" + name + "' " + why_unexpected(c, layer, mod));
   }
