@@ -51,6 +51,8 @@ print("| model | perplexity | KL vs merged f16 (mean) | top-1 agreement |")
 print("|---|---|---|---|")
 for r in rows:
     j = json.load(open(f"{out}/{r}.json"))
-    print(f"| {r} | {j['ppl']:.3f} | {j['kld']['mean']:.6f} | {100 * j['top1_agreement']:.2f}% |")
+    k = j['kld']['mean']
+    print(f"| {r} | {j['ppl']:.3f} | {k:.6f} | {100 * j['top1_agreement']:.2f}% |" if k >= 1e-4 else
+          f"| {r} | {j['ppl']:.3f} | {k:.1e} | {100 * j['top1_agreement']:.2f}% |")
 PYEOF
 cat "$OUT/summary.md"
