@@ -10,6 +10,7 @@
 //   P.weight.quant_state.bitsandbytes__nf4    U8  [len]  json.dumps of quant_type, blocksize,
 //                                                        dtype, shape (+ nested_blocksize,
 //                                                        nested_dtype, nested_offset)
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -155,7 +156,8 @@ std::optional<QuantizedTensor> read_bnb4_linear(const Checkpoint& ck, const std:
   const std::string qm_name = p + ".quant_map";
   const auto qm = copy_elements<float>(fetch_checked(ck, qm_name, {DType::F32}, {16}));
   const std::array<float, 16> want = bnb4_quant_map(q.scheme.type);
-  if (std::memcmp(qm.data(), want.data(), sizeof want) != 0)
+  // By value: +0.0 and -0.0 for FP4's code 8 are the same table.
+  if (!std::equal(want.begin(), want.end(), qm.begin()))
     throw unsupported(qm_name, "is not bitsandbytes' " + type + " table (its kernels decode with their own table)");
   if (!nested) {
     q.scales = copy_elements<float>(fetch_checked(ck, p + ".absmax", {DType::F32}, {nb}));

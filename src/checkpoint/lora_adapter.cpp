@@ -195,7 +195,9 @@ std::string peft_pattern_key(const nlohmann::json& patterns, const std::string& 
   return "";
 }
 
-LoraAdapter read_peft_adapter(const LoraSpec& spec, const ModelConfig& c, const Checkpoint& base) {
+namespace {
+
+LoraAdapter read_peft_adapter_checked(const LoraSpec& spec, const ModelConfig& c, const Checkpoint& base) {
   const std::filesystem::path dir = spec.path;
   const std::string where = dir.string();
   if (is_file(dir)) {
@@ -297,6 +299,9 @@ LoraAdapter read_peft_adapter(const LoraSpec& spec, const ModelConfig& c, const 
         throw invalid_input(st_where, "tensor '" + full + "' is neither in modules_to_save nor a trained bias");
       Tensor v = ad.tensor(full);
       check_shape(v, base.info(target).shape, st_where, full, "the base tensor's");
+      if (!dtype_is_float(base.info(target).dtype))
+        throw unsupported(st_where, "tensor '" + full + "' replaces '" + target +
+                                        "', which the base stores quantized; merge into the unquantized model instead");
       if (!dtype_is_float(v.dtype())) throw invalid_input(st_where, "tensor '" + full + "' is not a float tensor");
       a.replaced.push_back({target, v});
     }
@@ -329,7 +334,17 @@ LoraAdapter read_peft_adapter(const LoraSpec& spec, const ModelConfig& c, const 
     const std::string rk = peft_pattern_key(rank_pattern, m), ak = peft_pattern_key(alpha_pattern, m);
     const double r = rk.empty() ? r_default : rank_pattern[rk].get<double>();
     const double alpha = ak.empty() ? alpha_default : alpha_pattern[ak].get<double>();
-    if (!(r >= 1) || r != std::floor(r)) throw invalid_input(cfg_where, "the rank of '" + m + "' is not a positive integer");
+    if (!(r >= 1) || r != std::floor(r) || r > (1 << 20))
+      throw invalid_input(cfg_where, "the rank of '" + m + "' is not an integer from 1 to 2^20");
+    if (c.tie_word_embeddings && (m == "lm_head" || m == "model.embed_tokens"))
+      throw unsupported(st_where, "adapts '" + m + "', whose weight the base ties to " +
+                                      (m == "lm_head" ? "the embedding" : "the output head") +
+                                      " (tie_word_embeddings); such adapters are not supported");
+    // The stored weight, where the base stores it plainly, must have the
+    // shape the config implies (the merge walks the stored tensor).
+    if (base.contains(m + ".weight") && base.info(m + ".weight").shape != ws)
+      throw invalid_input(where, "the base's '" + m + ".weight' is " + shape_str(base.info(m + ".weight").shape) +
+                                     ", its config.json implies " + shape_str(ws));
     const int64_t ri = static_cast<int64_t>(r);
     LoraModule lm;
     lm.module = m;
@@ -366,6 +381,18 @@ LoraAdapter read_peft_adapter(const LoraSpec& spec, const ModelConfig& c, const 
   }
   if (a.modules.empty() && a.replaced.empty()) throw invalid_input(where, "the adapter holds no tensors");
   return a;
+}
+
+}  // namespace
+
+LoraAdapter read_peft_adapter(const LoraSpec& spec, const ModelConfig& c, const Checkpoint& base) {
+  try {
+    return read_peft_adapter_checked(spec, c, base);
+  } catch (const nlohmann::json::exception& e) {
+    // A value of the wrong JSON type ("target_modules": [1, 2], "use_dora": "yes").
+    throw invalid_input((spec.path / "adapter_config.json").string(),
+                        std::string("a value has the wrong type: ") + e.what());
+  }
 }
 
 }  // namespace qf

@@ -103,6 +103,13 @@ TEST(PeftAdapter, RefusesWhatItCannotHonour) {
                   ErrorKind::Unsupported, "'lora_bias'");
   EXPECT_QF_ERROR(read_peft_adapter({copy_adapter(tmp, "lora", [](auto& j) { j["peft_type"] = "IA3"; })}, c, ck),
                   ErrorKind::Unsupported, "peft_type");
+  // Values of the wrong JSON type: one InvalidInput naming adapter_config.json.
+  EXPECT_QF_ERROR(read_peft_adapter({copy_adapter(tmp, "lora", [](auto& j) { j["target_modules"] = {1, 2}; })}, c, ck),
+                  ErrorKind::InvalidInput, "adapter_config.json: a value has the wrong type");
+  EXPECT_QF_ERROR(read_peft_adapter({copy_adapter(tmp, "lora", [](auto& j) { j["use_dora"] = "yes"; })}, c, ck),
+                  ErrorKind::InvalidInput, "wrong type");
+  EXPECT_QF_ERROR(read_peft_adapter({copy_adapter(tmp, "lora", [](auto& j) { j["r"] = 1e30; })}, c, ck),
+                  ErrorKind::InvalidInput, "from 1 to 2^20");
   // The file adapts k_proj, which the changed config no longer selects.
   EXPECT_QF_ERROR(read_peft_adapter({copy_adapter(tmp, "lora", [](auto& j) {
                                       j["target_modules"] = {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};

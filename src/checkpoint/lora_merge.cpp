@@ -27,6 +27,9 @@ class LoraMergeOverlay : public Checkpoint::Overlay {
     const int64_t out = stored.ndim() >= 1 ? stored.dim(0) : 1;
     const int64_t in = stored.numel() / std::max<int64_t>(out, 1);
     std::vector<float> w = stored.to_f32_vector();
+    // The global pool's parallel_for is not re-entrant: the readers of a
+    // checkpoint (runtime load, convert, quantize's export) read tensors
+    // outside their parallel regions, and must keep doing so.
     apply_lora_updates(adapters_, name, w, out, in, ThreadPool::global());
     return Tensor::from_f32(w, stored.shape()).to(stored.dtype());
   }
@@ -38,6 +41,10 @@ class LoraMergeOverlay : public Checkpoint::Overlay {
 
 void add_product(const LoraModule& m, std::vector<float>& w, int64_t out, int64_t in, ThreadPool& pool) {
   const int64_t r = m.rank();
+  const bool fits = m.embedding ? m.a.dim(1) == out && m.b.dim(0) == in : m.b.dim(0) == out && m.a.dim(1) == in;
+  if (!fits || m.b.dim(1) != r)
+    throw invalid_input(m.module, "the adapter's shapes do not fit the stored weight [" + std::to_string(out) + ", " +
+                                      std::to_string(in) + "]");
   const float* A = m.a.data_as<float>();
   const float* B = m.b.data_as<float>();
   const float s = m.scale;

@@ -61,7 +61,8 @@ GgufLoraResult write_gguf_lora(const LoraSpec& spec, const std::filesystem::path
   const std::map<std::string, std::string> names = gguf_lora_modules(c);
   // One alpha per file: the config's lora_alpha; each pair's own scale is
   // restored through lora_b where alpha / r differs from it.
-  const float alpha = a.config.value("lora_alpha", 8.0f);
+  const auto la = a.config.find("lora_alpha");
+  const float alpha = la != a.config.end() && la->is_number() ? la->get<float>() : 8.0f;
   GgufWriter w(out);
   w.add_string("general.architecture", arch);
   w.add_string("general.type", "adapter");

@@ -11,6 +11,9 @@ std::array<float, 16> bnb4_quant_map(QuantType t) {
   if (t != QuantType::Nf4 && t != QuantType::Fp4) throw invalid_input("bitsandbytes", "not a 4-bit bitsandbytes type");
   std::array<float, 16> m{};
   for (int i = 0; i < 16; ++i) m[static_cast<size_t>(i)] = hd::bnb4_value(t == QuantType::Fp4, static_cast<uint8_t>(i));
+  // get_4bit_type("fp4") lists code 8 as the Python integer -0, which is
+  // +0.0 in the stored table (the kernel itself decodes code 8 to -0.0).
+  if (t == QuantType::Fp4) m[8] = 0.0f;
   return m;
 }
 

@@ -57,6 +57,7 @@ TEST(Bnb4, TablesAreBitsandbytes) {
   const auto nf4 = bnb4_quant_map(QuantType::Nf4), fp4 = bnb4_quant_map(QuantType::Fp4);
   EXPECT_EQ(nf4[7], 0.0f);
   EXPECT_EQ(fp4[3], 1.0f);
+  EXPECT_FALSE(std::signbit(fp4[8])) << "bitsandbytes stores the Python integer -0 as +0.0";
   EXPECT_EQ(fp4[11], -1.0f);
 }
 

@@ -62,7 +62,8 @@ NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.3949174880981
                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
                 0.7229568362236023, 1.0], dtype=np.float32)
-FP4 = (np.array([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3], dtype=np.float32) / np.float32(12))
+# get_4bit_type("fp4"): the Python list has the integer -0 at code 8, stored as +0.0.
+FP4 = (np.array([0, 0.0625, 8, 12, 4, 6, 2, 3, 0, -0.0625, -8, -12, -4, -6, -2, -3], dtype=np.float32) / np.float32(12))
 table = FP4 if fp4 else NF4
 
 # The CUDA kernel's thresholds (dQuantizeNF4 / dQuantizeFP4) as f32: a code
@@ -95,7 +96,7 @@ for name, (dtype, shape, w) in ref.items():
     flat = w.astype(np.float32).reshape(-1)
     nb = (flat.size + 63) // 64
     assert q[p][0] == "U8" and q[p][1] == [(flat.size + 1) // 2, 1], q[p][:2]
-    assert q[p + ".quant_map"][0] == "F32" and np.array_equal(q[p + ".quant_map"][2], table)
+    assert q[p + ".quant_map"][0] == "F32" and q[p + ".quant_map"][2].astype(np.float32).tobytes() == table.tobytes()
     blocks = flat.reshape(nb, 64)
     absmax = np.abs(blocks).max(axis=1).astype(np.float32)
     scaled = (blocks * (np.float32(1) / absmax)[:, None]).astype(np.float32).reshape(-1)
