@@ -3,7 +3,7 @@
 # (lora_merge_check.py, numpy) for LoRA, DoRA, rsLoRA with rank/alpha
 # patterns and modules_to_save, and two adapters in order; merged and
 # unmerged evaluation agree and beat the base on the adapter's own text;
-# merged-then-GPTQ keeps the gain; convert --lora equals converting the
+# merged-then-GPTQ (16 x 256 calibration tokens) keeps the gain; convert --lora equals converting the
 # merged folder; a GGUF adapter on a GGUF base runs like the PEFT adapter;
 # bad requests fail with one line, their exit code and nothing written.
 source "$(dirname "$0")/lib.sh"
@@ -54,7 +54,7 @@ assert json.load(open(f"{w}/auto.json"))["lora"]["adapters"][0]["scale"] == 1.0
 PYEOF
 
 # Merge, then quantize: GPTQ W4A16 of the merged model, evaluated against it.
-"$QF" quantize "$fx" --lora "$ad/lora" --recipe "$SRC/recipes/w4a16-gptq.yaml" --calib "$calib" -o "$WORK/q" \
+"$QF" quantize "$fx" --lora "$ad/lora" --recipe "$SRC/tests/data/recipes/w4-gptq.yaml" --calib "$calib" -o "$WORK/q" \
   --eval "$txt" --eval-chunks 8 >"$WORK/q.out" 2>"$WORK/q.err" || fail "quantize --lora: $(cat "$WORK/q.err")"
 ev q "$WORK/q"
 $PY - "$WORK" <<'PYEOF' && ok "merged-then-GPTQ keeps most of the adapter's gain; the report names the adapter" || fail "quantize --lora: $(cat "$WORK/q.json")"
