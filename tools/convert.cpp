@@ -125,11 +125,7 @@ void run_gguf_lora(const ConvertOpts& o) {
   if (!o.lora.adapters.empty()) throw Error(ErrorKind::Usage, "--lora applies to --to gguf; the adapter of --to gguf-lora is the input");
   if (!o.imatrix.empty() || budget_flags(o) || o.output_type_given || o.token_embd_type_given || o.allow_nonfinite)
     throw Error(ErrorKind::Usage, "--to gguf-lora takes --base, --type (F16, BF16 or F32), -o and --force");
-  DType type = DType::F16;
-  if (o.type == "F32" || o.type == "f32") type = DType::F32;
-  else if (o.type == "BF16" || o.type == "bf16") type = DType::BF16;
-  else if (o.type != "F16" && o.type != "f16")
-    throw Error(ErrorKind::Usage, "--type " + o.type + ": a GGUF LoRA adapter is written in F16 (default), BF16 or F32");
+  const DType type = parse_gguf_lora_type(o.type, "--type");
   const LoraSpec spec = parse_lora_spec(o.input, "convert");
   const ResolvedModel base = resolve_model(o.base);
   check_output_file(o.out, {spec.path, base.dir}, o.force, false, "-o");

@@ -241,10 +241,7 @@ py::object cmd_merge(const py::object& model, const py::object& out, const py::o
 py::object cmd_convert_lora(const py::object& adapter, const py::object& base, const py::object& out,
                             const std::string& type, bool force) {
   const std::string a = path_arg(adapter, "adapter"), b = path_arg(base, "base"), o = path_arg(out, "out");
-  DType dt = DType::F16;
-  if (type == "F32" || type == "f32") dt = DType::F32;
-  else if (type == "BF16" || type == "bf16") dt = DType::BF16;
-  else if (type != "F16" && type != "f16") throw Error(ErrorKind::Usage, "type: F16, BF16 or F32, not '" + type + "'");
+  const DType dt = parse_gguf_lora_type(type, "type");
   nlohmann::ordered_json j;
   {
     py::gil_scoped_release nogil;

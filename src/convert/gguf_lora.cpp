@@ -41,6 +41,13 @@ std::map<std::string, std::string> gguf_lora_modules(const ModelConfig& c) {
 
 }  // namespace
 
+DType parse_gguf_lora_type(const std::string& name, const std::string& flag) {
+  if (name == "F32" || name == "f32") return DType::F32;
+  if (name == "BF16" || name == "bf16") return DType::BF16;
+  if (name == "F16" || name == "f16") return DType::F16;
+  throw Error(ErrorKind::Usage, flag + " " + name + ": a GGUF LoRA adapter is written in F16 (default), BF16 or F32");
+}
+
 GgufLoraResult write_gguf_lora(const LoraSpec& spec, const std::filesystem::path& base_dir,
                                const std::filesystem::path& out, DType type) {
   const ModelConfig c = load_model_config(base_dir);
@@ -89,11 +96,10 @@ GgufLoraResult write_gguf_lora(const LoraSpec& spec, const std::filesystem::path
       const int64_t from = permuted_qk_source(row, heads, rows);
       for (int64_t k = 0; k < r; ++k) b[static_cast<size_t>(row * r + k)] = src[from * r + k] * factor;
     }
-    const std::string base = g.substr(0, g.size() - std::string(".weight").size()) + ".weight";
     const Tensor ta = m.a.to(type);
     const Tensor tb = Tensor::from_f32(b, {rows, r}).to(type);
-    w.add_tensor(base + ".lora_a", gtype, {static_cast<uint64_t>(in), static_cast<uint64_t>(r)}, ta.data(), ta.nbytes());
-    w.add_tensor(base + ".lora_b", gtype, {static_cast<uint64_t>(r), static_cast<uint64_t>(rows)}, tb.data(), tb.nbytes());
+    w.add_tensor(g + ".lora_a", gtype, {static_cast<uint64_t>(in), static_cast<uint64_t>(r)}, ta.data(), ta.nbytes());
+    w.add_tensor(g + ".lora_b", gtype, {static_cast<uint64_t>(r), static_cast<uint64_t>(rows)}, tb.data(), tb.nbytes());
     res.tensors += 2;
   }
   res.path = w.finish();

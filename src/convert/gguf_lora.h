@@ -23,6 +23,10 @@ struct GgufLoraResult {
   uint64_t bytes = 0;
 };
 
+// The tensor type of a GGUF adapter from its name (F16, BF16, F32, either
+// case); Usage error naming `flag` otherwise.
+DType parse_gguf_lora_type(const std::string& name, const std::string& flag);
+
 // Converts the PEFT adapter of `spec` (read against the Hugging Face base
 // `base_dir`) to `out`, tensors in `type` (F32, F16 or BF16). llama.cpp
 // scales each pair by adapter_scale * alpha / r with one alpha per file:
