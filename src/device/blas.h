@@ -13,6 +13,14 @@
 //
 // The host build splits work into fixed column chunks, so its results do
 // not depend on the thread count.
+//
+// A Blas is cheap: the cuBLAS and cuSOLVER handles (and the factorization's
+// workspace) belong to a context made once per device and thread, on the
+// first Blas of that thread, and kept until the thread ends
+// (device::blas_contexts_created counts them). A routine that fails on the
+// device (cuBLAS's execution, allocation, internal or mapping errors, or
+// QF_DEVICE_FAULT=blas:N) throws qf::Error(Io) "device: cuBLAS <routine>
+// failed: <status>"; a library that cannot run here, Unsupported.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +28,7 @@
 
 #include "core/error.h"
 #include "device/exec.h"
+#include "device/fault.h"
 
 namespace qf::QF_DEV_NS {
 
@@ -71,8 +80,9 @@ class Blas {
             int64_t lda, double* B, int64_t ldb);
 
  private:
-  void* handle_ = nullptr;    // cublasHandle_t (cuda build)
-  void* solver_ = nullptr;    // cusolverDnHandle_t (cuda build)
+  struct Context;  // this thread's on the current device
+  static Context& context();
+  Context* ctx_;
 };
 
 #if defined(__CUDACC__)
@@ -80,6 +90,13 @@ class Blas {
 // (Unsupported naming the library or symbol otherwise); a Blas does it too.
 void load_blas_libraries();
 #endif
+
+// Where QF_DEVICE_FAULT=blas:N strikes: the start of each routine, in both builds.
+inline void blas_fault_point(const char* routine) {
+  if (device::inject_fault(device::FaultSite::Blas))
+    throw Error(ErrorKind::Io, std::string("device: cuBLAS ") + routine +
+                                   " failed: CUBLAS_STATUS_EXECUTION_FAILED (injected by QF_DEVICE_FAULT)");
+}
 
 // cuBLAS's argument checks, shared by both builds: qf::Error(Internal)
 // "<routine>: <argument> = <value> ..." for a negative size or a leading

@@ -5,6 +5,8 @@
 // thread count.
 #include "device/blas.h"
 
+#include <memory>
+
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 
@@ -47,22 +49,38 @@ void gemm_impl(Op ta, Op tb, int64_t m, int64_t n, int64_t k, T alpha, const T* 
 
 }  // namespace
 
-Blas::Blas() = default;
+// The host build has no library handles; its context stands where the cuda
+// build's does, made and counted the same way.
+struct Blas::Context {};
+
+Blas::Context& Blas::context() {
+  thread_local std::unique_ptr<Context> mine;
+  if (!mine) {
+    mine = std::make_unique<Context>();
+    device::count_blas_context();
+  }
+  return *mine;
+}
+
+Blas::Blas() : ctx_(&context()) {}
 Blas::~Blas() = default;
 
 void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda,
                 const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  blas_fault_point("Dgemm");
   gemm_impl(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  blas_fault_point("Sgemm");
   gemm_impl(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
                                 int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                                 float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  blas_fault_point("SgemmStridedBatched");
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   check_batch_args(batch, stride_c, ldc, m, n);
   // Each product is one gemm of its own (the same chunks as a single call).
@@ -72,6 +90,7 @@ void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, f
 
 void Blas::syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const double* A, int64_t lda, double beta,
                 double* C, int64_t ldc) {
+  blas_fault_point("Dsyrk");
   check_syrk_args(trans, n, k, lda, ldc);
   if (n == 0) return;
   const CMap<double> a(A, trans == Op::N ? n : k, trans == Op::N ? k : n, Eigen::OuterStride<>(lda));
@@ -106,6 +125,7 @@ void Blas::syrk(Uplo uplo, Op trans, int64_t n, int64_t k, double alpha, const d
 }
 
 int Blas::potrf(Uplo uplo, int64_t n, double* A, int64_t lda) {
+  blas_fault_point("Dpotrf");
   check_potrf_args(n, lda);
   if (n == 0) return 0;
   MMap<double> a(A, n, n, Eigen::OuterStride<>(lda));
@@ -135,6 +155,7 @@ void solve_chunk(const CMap<double>& a, bool transposed, Side side, Blk&& x) {
 
 void Blas::trsm(Side side, Uplo uplo, Op ta, Diag diag, int64_t m, int64_t n, double alpha, const double* A,
                 int64_t lda, double* B, int64_t ldb) {
+  blas_fault_point("Dtrsm");
   check_trsm_args(side, m, n, lda, ldb);
   if (m == 0 || n == 0) return;
   const int64_t na = side == Side::Left ? m : n;

@@ -2,6 +2,9 @@
 
 #include <omp.h>
 
+#include <exception>
+#include <new>
+
 #include "core/error.h"
 #if QF_HAVE_CUDA
 #include "core/cuda/convert.h"
@@ -77,6 +80,18 @@ void require_device_memory(Kind k, uint64_t bytes, const std::string& what) {
   auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
   throw Error(ErrorKind::Io, what + " needs " + mib(bytes) + " MiB of GPU memory; " + mib(free_bytes) + " MiB of " +
                                  mib(total) + " MiB are free");
+}
+
+void rethrow_as_device_error(Kind k) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc& e) {
+    throw Error(ErrorKind::Io, std::string(kind_name(k)) + " device: out of memory (" + e.what() + ")");
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Io, std::string(kind_name(k)) + " device: " + e.what());
+  }
 }
 
 void set_host_threads(int n) {

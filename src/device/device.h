@@ -41,6 +41,13 @@ bool cuda_memory(uint64_t* free_bytes, uint64_t* total_bytes);
 // (cpu, host: host memory) it checks nothing.
 void require_device_memory(Kind k, uint64_t bytes, const std::string& what);
 
+// Inside a catch block: rethrows the exception being handled as the error a
+// failed device gives. A qf::Error passes unchanged; std::bad_alloc and
+// whatever else Thrust, the CUDA runtime or a library throws become
+// qf::Error(Io) "<kind> device: ..." (exit 5), so a device fault ends a run
+// with one line and its temporaries removed, like every other failure.
+[[noreturn]] void rethrow_as_device_error(Kind k);
+
 // Threads the host build's OpenMP work uses (the CLI's --threads); <= 0 keeps
 // OpenMP's default (all cores).
 void set_host_threads(int n);

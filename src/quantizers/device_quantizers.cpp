@@ -1,8 +1,5 @@
 #include "quantizers/device_quantizers.h"
 
-#include <exception>
-#include <new>
-
 #include "core/error.h"
 
 namespace qf {
@@ -21,12 +18,8 @@ template <class F>
 auto on_device(device::Kind k, F f) -> decltype(f()) {
   try {
     return f();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::bad_alloc& e) {
-    throw Error(ErrorKind::Io, std::string(device::kind_name(k)) + " device: out of memory (" + e.what() + ")");
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::Io, std::string(device::kind_name(k)) + " device: " + e.what());
+  } catch (...) {
+    device::rethrow_as_device_error(k);
   }
 }
 

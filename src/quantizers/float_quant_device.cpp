@@ -40,7 +40,7 @@ dvec<float> upload_finite(const float* w, int64_t n, const std::string& where) {
 }
 
 float abs_max(const dvec<float>& dw) {
-  return thrust::transform_reduce(thrust::device, dw.begin(), dw.end(), AbsOf{}, 0.0f, MaxOf{});
+  return transform_reduce_n(raw(dw), static_cast<int64_t>(dw.size()), AbsOf{}, 0.0f, MaxOf{});
 }
 
 QuantizedTensor empty_tensor(int64_t rows, int64_t cols, const QuantScheme& s, const std::string& where) {

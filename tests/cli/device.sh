@@ -190,4 +190,20 @@ done
   && ok "convert takes the device's imatrix" || fail "convert with the host imatrix"
 expect_exit 2 "--device: gpu not in \{" -- "$QF" bench "$fx" --device gpu
 
+# A device that fails mid-run (QF_DEVICE_FAULT: the n-th device allocation
+# runs out of memory, the n-th BLAS call fails) ends the run with one line,
+# exit 5, and nothing under the output's name or beside it.
+mkdir "$WORK/faults"
+for plan in alloc:3 alloc:40 blas:2; do
+  QF_DEVICE_FAULT=$plan expect_exit 5 "^quantforge: i/o error: device: (out of memory|cuBLAS)" \
+    -- "$QF" -q quantize "$fx" --recipe "$rec/w4-gptq.yaml" --calib "$calib" -o "$WORK/faults/out" --device host
+  [[ -z "$(ls -A "$WORK/faults")" ]] && ok "$plan: nothing left in the output's folder" \
+    || fail "$plan left: $(ls -A "$WORK/faults")"
+done
+QF_DEVICE_FAULT=blas:5 expect_exit 5 "^quantforge: i/o error: device: cuBLAS .* failed" \
+  -- "$QF" eval "$fx" --text "$text" --ctx 64 --max-chunks 2 --device host --json "$WORK/faults/e.json"
+[[ ! -e "$WORK/faults/e.json" ]] && ok "eval with a failed device writes no report" || fail "eval report written"
+expect_exit 2 "QF_DEVICE_FAULT: 'alloc' is not alloc:N or blas:N" \
+  -- env QF_DEVICE_FAULT=alloc "$QF" -q quantize "$fx" --recipe "$rec/w4-gptq.yaml" --calib "$calib" -o "$WORK/faults/o" --device host
+
 finish

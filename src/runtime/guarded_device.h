@@ -1,0 +1,27 @@
+// The device runtime's objects as the rest of the program sees them: every
+// call goes through device::rethrow_as_device_error, so what Thrust, the
+// CUDA runtime or cuBLAS throws from inside (a device fault, memory
+// exhausted) reaches the caller as one qf::Error(Io) naming the device.
+#pragma once
+
+#include <memory>
+
+#include "runtime/device_runtime.h"
+
+namespace qf::rt {
+
+// Runs f (a call into device code); its exceptions as device errors.
+template <class F>
+auto guarded_call(device::Kind k, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    device::rethrow_as_device_error(k);
+  }
+}
+
+std::unique_ptr<DeviceDecoder> guard_device(device::Kind kind, std::unique_ptr<DeviceDecoder> inner);
+std::unique_ptr<DeviceLayerPass> guard_device(device::Kind kind, std::unique_ptr<DeviceLayerPass> inner);
+std::unique_ptr<DeviceSmoothingEval> guard_device(device::Kind kind, std::unique_ptr<DeviceSmoothingEval> inner);
+
+}  // namespace qf::rt
