@@ -36,6 +36,7 @@ enum class Op { N, T };
 enum class Uplo { Lower, Upper };
 enum class Side { Left, Right };
 enum class Diag { NonUnit, Unit };
+enum class Half { F16, Bf16 };  // the 16-bit float formats gemm_16 takes
 
 class Blas {
  public:
@@ -50,6 +51,14 @@ class Blas {
             const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
   void gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+  // C = alpha op(A) op(B) + beta C with A and B in one 16-bit format (raw
+  // f16 or bf16 bits) and C in f32, the products summed in f32: cuBLAS's
+  // GemmEx with CUBLAS_COMPUTE_32F (tensor cores). The products of two
+  // 16-bit values are exact in f32, so the host build widens both to f32
+  // and runs the f32 gemm: the same value up to summation order.
+  void gemm_16(Half type, Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
   // `batch` independent gemms: matrix b of A, B and C starts stride_a * b,
   // stride_b * b, stride_c * b elements after the first (a stride of 0

@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/bf16.h"
+#include "core/f16.h"
+
 namespace qf::host {
 namespace {
 
@@ -83,6 +86,39 @@ TEST(DeviceBlasHost, GemmFloat) {
       for (int64_t p = 0; p < k; ++p) s += A[static_cast<size_t>(p + i * k)] * B[static_cast<size_t>(p + j * k)];
       ASSERT_EQ(C[static_cast<size_t>(i + j * m)], s);
     }
+}
+
+// 16-bit operands: the f32 gemm of the widened values, for both formats,
+// every transpose and leading dimensions with padding (whose bits, NaN
+// here, must not be read).
+TEST(DeviceBlasHost, Gemm16IsTheF32GemmOfTheWidenedValues) {
+  Blas blas;
+  const int64_t m = 70, n = 9, k = 67;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (Half type : {Half::F16, Half::Bf16})
+    for (Op ta : {Op::N, Op::T})
+      for (Op tb : {Op::N, Op::T}) {
+        const int64_t ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m, br = tb == Op::N ? k : n,
+                      bc = tb == Op::N ? n : k, lda = ar + 3, ldb = br + 2;
+        std::vector<uint16_t> A(static_cast<size_t>(lda * ac), 0x7e00), B(static_cast<size_t>(ldb * bc), 0x7e00);
+        std::vector<float> Af(A.size(), 0.0f), Bf(B.size(), 0.0f);
+        auto fill = [&](std::vector<uint16_t>& h, std::vector<float>& f, int64_t rows, int64_t cols, int64_t ld) {
+          for (int64_t c = 0; c < cols; ++c)
+            for (int64_t r = 0; r < rows; ++r) {
+              const float v = g(rng);
+              const uint16_t b = type == Half::F16 ? hd::f32_to_f16(v) : hd::f32_to_bf16(v);
+              h[static_cast<size_t>(r + c * ld)] = b;
+              f[static_cast<size_t>(r + c * ld)] = type == Half::F16 ? hd::f16_to_f32(b) : hd::bf16_to_f32(b);
+            }
+        };
+        fill(A, Af, ar, ac, lda);
+        fill(B, Bf, br, bc, ldb);
+        std::vector<float> C(static_cast<size_t>(m * n), 0.5f), R = C;
+        blas.gemm_16(type, ta, tb, m, n, k, 0.75f, A.data(), lda, B.data(), ldb, 2.0f, C.data(), m);
+        blas.gemm(ta, tb, m, n, k, 0.75f, Af.data(), lda, Bf.data(), ldb, 2.0f, R.data(), m);
+        for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(C[i], R[i]) << i;
+      }
 }
 
 // Attention's shape: scores of 3 query heads against one shared key head

@@ -5,7 +5,11 @@
 // thread count.
 #include "device/blas.h"
 
+#include "core/bf16.h"
+#include "core/f16.h"
+
 #include <memory>
+#include <vector>
 
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
@@ -75,6 +79,33 @@ void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, cons
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   blas_fault_point("Sgemm");
   gemm_impl(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace {
+
+// The m x n matrix at p (leading dimension ld) widened to f32, the padding
+// rows left zero: what a 16-bit operand contributes to an f32 product.
+std::vector<float> widened(Half type, const uint16_t* p, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(ld * cols), 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t v = p[r + c * ld];
+      out[static_cast<size_t>(r + c * ld)] = type == Half::F16 ? hd::f16_to_f32(v) : hd::bf16_to_f32(v);
+    }
+  return out;
+}
+
+}  // namespace
+
+void Blas::gemm_16(Half type, Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  blas_fault_point("GemmEx");
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  const std::vector<float> a = widened(type, A, ta == Op::N ? m : k, ta == Op::N ? k : m, lda);
+  const std::vector<float> b = widened(type, B, tb == Op::N ? k : n, tb == Op::N ? n : k, ldb);
+  gemm_impl(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
 }
 
 void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,

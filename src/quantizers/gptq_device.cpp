@@ -5,9 +5,12 @@
 //   - Cholesky (potrf, lower) and L^-1 (trsm against I), then
 //     Hinv[i, j] = L^-1[n-1-i, n-1-j] (upper), as inverse_cholesky_upper;
 //   - the column loop: the working weight is column-major (rows x cols,
-//     leading dimension rows) so that one index per row walks a block with
-//     neighbouring rows side by side in memory; each row runs the shared
-//     hd::gptq_row_block, and the lazy update of the columns after a block
+//     leading dimension rows), so neighbouring indices touch neighbouring
+//     rows. Within a block each column is quantized by one index per row
+//     (QuantColumn) and the block's later columns updated by one index per
+//     (column, row) (UpdateBlock): the arithmetic of the shared
+//     hd::gptq_row_block, spread over rows x columns instead of one thread
+//     per row, and the lazy update of the columns after a block
 //     is one GEMM: W[:, i2:] -= Err * Hinv[i1:i2, i2:], with Hinv row-major
 //     read as its column-major transpose (op T, leading dimension cols).
 // In double, as the CPU reference. Observers: min-max and mse (each group's
@@ -141,8 +144,10 @@ struct RefitDynamic {
   }
 };
 
-// One row over the block [i1, i2).
-struct BlockRow {
+// Column i of the block starting at i1, one index per row: the row's code
+// and its scaled error e = (w - q) / U[i, i] (hd::gptq_row_block's first
+// half, with the same arithmetic).
+struct QuantColumn {
   double* W;
   uint8_t* q;
   const double* U;
@@ -154,16 +159,34 @@ struct BlockRow {
   const float* scales;     // static groups: [rows * ng], or null
   const int32_t* zeros;
   GroupParams tensor_p;
-  int64_t rows, cols, gs, ng, i1, i2;
+  int64_t rows, cols, gs, ng, i1, i;
   int32_t qmax;
   QF_HD void operator()(int64_t r) const {
-    hd::GptqRowQuantizer rq{tensor_p, nullptr, nullptr, perm, gs, qmax};
-    if (row_scale) rq.fixed = GroupParams{row_scale[r], row_zero[r]};
+    GroupParams p = tensor_p;
+    if (row_scale) p = GroupParams{row_scale[r], row_zero[r]};
     if (scales) {
-      rq.scales = scales + r * ng;
-      rq.zeros = zeros + r * ng;
+      const int64_t g = perm[i] / gs;
+      p = GroupParams{scales[r * ng + g], zeros[r * ng + g]};
     }
-    hd::gptq_row_block(W + r, rows, q + r * cols, U, cols, E + r, rows, i1, i2, rq, loss + r);
+    const double x = W[i * rows + r];
+    const uint8_t code = hd::quantize_int(static_cast<float>(x), p.scale, p.zero, qmax);
+    q[r * cols + perm[i]] = code;
+    const double e = (x - hd::dequantize_int(code, p.scale, p.zero)) / U[i * cols + i];
+    loss[r] = hd::mul_add_unfused(e, e, loss[r]);
+    E[(i - i1) * rows + r] = e;
+  }
+};
+
+// The rest of the block after column i, one index per (column, row):
+// W[j, r] -= E[i, r] * U[i, j], rounded twice as the CPU does.
+struct UpdateBlock {
+  double* W;
+  const double* U;
+  const double* E;
+  int64_t rows, cols, i1, i;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t j = i + 1 + idx / rows, r = idx % rows;
+    W[j * rows + r] = hd::mul_add_unfused(-E[(i - i1) * rows + r], U[i * cols + j], W[j * rows + r]);
   }
 };
 
@@ -273,11 +296,14 @@ GptqResult gptq_quantize(const float* w, int64_t rows, int64_t cols, const std::
     if (dynamic_groups && i1 % gs == 0)
       for_each_index(rows, RefitDynamic{raw(W), raw(row_scale), raw(row_zero), raw(dscales), raw(dzeros), rows, cols,
                                         gs, ng, i1, mse, grid});
-    for_each_index(rows, BlockRow{raw(W), raw(dq), U, raw(E), raw(loss), raw(dperm),
-                                  row_scale.empty() ? nullptr : raw(row_scale),
-                                  row_zero.empty() ? nullptr : raw(row_zero),
-                                  static_groups ? raw(dscales) : nullptr, static_groups ? raw(dzeros) : nullptr,
-                                  tensor_p, rows, cols, gs, ng, i1, i2, qmax});
+    for (int64_t i = i1; i < i2; ++i) {
+      for_each_index(rows, QuantColumn{raw(W), raw(dq), U, raw(E), raw(loss), raw(dperm),
+                                       row_scale.empty() ? nullptr : raw(row_scale),
+                                       row_zero.empty() ? nullptr : raw(row_zero),
+                                       static_groups ? raw(dscales) : nullptr, static_groups ? raw(dzeros) : nullptr,
+                                       tensor_p, rows, cols, gs, ng, i1, i, qmax});
+      for_each_index(rows * (i2 - i - 1), UpdateBlock{raw(W), U, raw(E), rows, cols, i1, i});
+    }
     if (i2 < cols)  // W[:, i2:] -= Err * Hinv[i1:i2, i2:]
       blas.gemm(Op::N, Op::T, rows, cols - i2, i2 - i1, -1.0, raw(E), rows, U + i1 * cols + i2, cols, 1.0,
                 raw(W) + i2 * rows, rows);

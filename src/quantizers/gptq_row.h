@@ -1,7 +1,8 @@
-// GPTQ's inner loop for one weight row over one block of columns, shared by
-// the CPU reference (gptq.cpp: rows contiguous) and the device version
-// (gptq_device.cpp: one index per row, columns `ws` apart). Host and device
-// (core/hd.h); the products are never fused, so both form the same doubles.
+// GPTQ's inner loop for one weight row over one block of columns: the CPU
+// reference's (gptq.cpp: rows contiguous). The device version
+// (gptq_device.cpp: QuantColumn, UpdateBlock) runs the same arithmetic
+// column by column, spread over rows x columns. The products are never
+// fused, so both form the same doubles.
 #pragma once
 
 #include <cstdint>

@@ -75,6 +75,7 @@ struct Libs {
   decltype(&cublasDgemm_64) dgemm;
   decltype(&cublasSgemm_64) sgemm;
   decltype(&cublasSgemmStridedBatched_64) sgemm_batched;
+  decltype(&cublasGemmEx_64) gemm_ex;
   decltype(&cublasDsyrk_64) dsyrk;
   decltype(&cublasDtrsm_64) dtrsm;
   decltype(&cusolverDnCreate) solver_create;
@@ -109,6 +110,7 @@ const Libs& libs() {
     resolve(blas, QF_NAME(cublasDgemm_64), l.dgemm);
     resolve(blas, QF_NAME(cublasSgemm_64), l.sgemm);
     resolve(blas, QF_NAME(cublasSgemmStridedBatched_64), l.sgemm_batched);
+    resolve(blas, QF_NAME(cublasGemmEx_64), l.gemm_ex);
     resolve(blas, QF_NAME(cublasDsyrk_64), l.dsyrk);
     resolve(blas, QF_NAME(cublasDtrsm_64), l.dtrsm);
     resolve(solver, QF_NAME(cusolverDnCreate), l.solver_create);
@@ -180,6 +182,16 @@ void Blas::gemm(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, cons
   blas_fault_point("Sgemm");
   check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
   check(libs().sgemm(ctx_->blas, op(ta), op(tb), m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc), "Sgemm");
+}
+
+void Blas::gemm_16(Half type, Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* A,
+                   int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  blas_fault_point("GemmEx");
+  check_gemm_args(ta, tb, m, n, k, lda, ldb, ldc);
+  const cudaDataType_t t = type == Half::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  check(libs().gemm_ex(ctx_->blas, op(ta), op(tb), m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C, CUDA_R_32F, ldc,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "GemmEx");
 }
 
 void Blas::gemm_strided_batched(Op ta, Op tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
