@@ -165,10 +165,22 @@ void fit(dvec<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) guarded("resize", [&] { v.resize(static_cast<size_t>(n)); });
 }
 
+// The host build runs index spaces below this size on the calling thread:
+// an OpenMP region per small launch (GPTQ launches two per column) costs
+// more than the work, and far more when the cores are shared. Each index is
+// independent, so the results are the same either way.
+constexpr int64_t kHostSerialBelow = int64_t{1} << 16;
+
 template <class F>
 void for_each_index(int64_t n, F f) {
   if (n <= 0) return;
   guarded("kernel", [&] {
+#if !defined(__CUDACC__)
+    if (n < kHostSerialBelow) {
+      for (int64_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+#endif
     thrust::for_each(policy(), thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(n), f);
   });
 }
