@@ -109,6 +109,9 @@ std::vector<int32_t> chunk_tokens(const std::vector<int32_t>& ids, const Tokeniz
 Imatrix device_imatrix(const rt::Model& model, const Tokenizer& tok, const std::vector<int32_t>& ids, int64_t chunks,
                        const ImatrixOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
   const std::string where = std::string("imatrix --device ") + device::kind_name(o.device);
+  if (model.config().is_moe())
+    throw unsupported(where, "the device decoder does not collect the per-expert sums of a mixture-of-experts model's "
+                             "experts; use --device cpu");
   device::require_device_memory(o.device, rt::device_decoder_bytes(model, o.ctx), where);
   std::unique_ptr<rt::DeviceDecoder> dev = rt::make_device_decoder(o.device, model, o.ctx);
   dev->collect_square_sums(o.process_output);

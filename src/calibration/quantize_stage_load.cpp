@@ -44,7 +44,9 @@ void load_stage(QuantizeRun& r) {
 void plan_stage(QuantizeRun& r) {
   const QuantizeJob& job = r.job;
   r.plan = make_quantize_plan(r.recipe, *r.model);
-  if (job.device != device::Kind::Cpu) rt::refuse_sparse_on_device(*r.model);
+  if (job.device != device::Kind::Cpu && (r.plan.awq || r.plan.smoothquant))
+    rt::refuse_sparse_on_device(*r.model, std::string(r.plan.awq ? "AWQ" : "SmoothQuant") + " with --device " +
+                                              device::kind_name(job.device));
   if (job.device != device::Kind::Cpu)
     for (const auto& [name, p] : r.plan.linears)
       if (p.observer == RangeObserver::Mse && p.weights.strategy == QuantStrategy::Tensor && !p.weights.is_float())
@@ -52,11 +54,13 @@ void plan_stage(QuantizeRun& r) {
                                                    ") has no device version; quantize with --device cpu");
   if (r.plan.quantizer == QuantMethod::Gptq && job.device != device::Kind::Cpu) {
     // The largest Linear's device memory, said up front and, on a GPU, checked.
+    // Every layer's Linears (a sparse layer's experts and shared expert included).
     const ModelConfig& c = r.model->config();
-    const int64_t shapes[4][2] = {{c.q_dim(), c.hidden_size}, {c.hidden_size, c.q_dim()},
-                                  {c.intermediate_size, c.hidden_size}, {c.hidden_size, c.intermediate_size}};
-    for (const auto& sh : shapes)
-      r.gptq_device_bytes = std::max(r.gptq_device_bytes, gptq_device_bytes(sh[0], sh[1], r.plan.gptq.block_size));
+    for (int64_t li = 0; li < c.num_hidden_layers; ++li)
+      for (const rt::LayerLinearId& id : rt::layer_linears(c, li)) {
+        const rt::LinearShape sh = rt::layer_linear_shape(c, id);
+        r.gptq_device_bytes = std::max(r.gptq_device_bytes, gptq_device_bytes(sh.out, sh.in, r.plan.gptq.block_size));
+      }
     r.log(on_device(r) + "GPTQ needs up to " + mib(r.gptq_device_bytes) + " of device memory per Linear");
     device::require_device_memory(job.device, r.gptq_device_bytes, "quantize " + job.model);
   }

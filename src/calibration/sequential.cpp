@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -190,17 +191,19 @@ void run_layer(rt::Model& model, int64_t li, const std::vector<std::vector<int32
 }
 
 // run_layer on the device: the layer pass has the layer loaded, and the
-// hidden states are on the device (resident) or in `hidden`.
+// hidden states are on the device (resident) or in `hidden`. `after(s)`, if
+// given, runs after sample s.
 void run_layer_on(rt::DeviceLayerPass& dev, bool resident, const std::vector<std::vector<int32_t>>& samples,
-                  ActivationStore& hidden, bool write_back) {
+                  ActivationStore& hidden, bool write_back, const std::function<void(size_t)>& after = {}) {
   for (size_t s = 0; s < samples.size(); ++s) {
     if (resident) {
       dev.run_resident(s, write_back);
-      continue;
+    } else {
+      std::vector<float> x = hidden.load(s);
+      dev.run(x.data(), static_cast<int64_t>(samples[s].size()), write_back);
+      if (write_back) hidden.store(s, x);
     }
-    std::vector<float> x = hidden.load(s);
-    dev.run(x.data(), static_cast<int64_t>(samples[s].size()), write_back);
-    if (write_back) hidden.store(s, x);
+    if (after) after(s);
   }
 }
 
@@ -248,6 +251,19 @@ void widen(std::pair<float, float>& r, const std::vector<float>& x) {
   for (float v : x) r.first = std::min(r.first, v), r.second = std::max(r.second, v);
 }
 
+// x := the rows of one sample's MLP input xn [n, h] routed to expert e
+// (routing [n, k]; the shared expert, or `all`: every row), in token order.
+void expert_rows(const std::vector<float>& xn, const std::vector<int32_t>& r, int64_t h, int64_t k, int64_t e, bool all,
+                 std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(xn.size()) / h;
+  x.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    bool routed = all || e == rt::kSharedExpert;
+    for (int64_t j = 0; j < k && !routed; ++j) routed = r[static_cast<size_t>(t * k + j)] == e;
+    if (routed) x.insert(x.end(), xn.begin() + t * h, xn.begin() + (t + 1) * h);
+  }
+}
+
 // Runs expert `e` of layer `li` (kSharedExpert: the shared one, which sees
 // every token; `all`: every token too) over the rows routed to it in each
 // sample, with its weights as they are now (before it is quantized).
@@ -265,15 +281,7 @@ ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const Ac
   if (hessians) st.in.emplace(h), st.down_in.emplace(ff);
   std::vector<float> x, g, u;
   for (size_t s = 0; s < moe_in.size(); ++s) {
-    const std::vector<float> xn = moe_in.load(s);
-    const std::vector<int32_t>& r = routing[s];
-    const int64_t n = static_cast<int64_t>(xn.size()) / h;
-    x.clear();
-    for (int64_t t = 0; t < n; ++t) {
-      bool routed = all || e == rt::kSharedExpert;
-      for (int64_t j = 0; j < k && !routed; ++j) routed = r[static_cast<size_t>(t * k + j)] == e;
-      if (routed) x.insert(x.end(), xn.begin() + t * h, xn.begin() + (t + 1) * h);
-    }
+    expert_rows(moe_in.load(s), routing[s], h, k, e, all, x);
     const int64_t rows = static_cast<int64_t>(x.size()) / h;
     if (rows == 0) continue;
     st.tokens += rows;
@@ -289,6 +297,38 @@ ExpertStats expert_stats(const rt::Model& model, int64_t li, int64_t e, const Ac
     PhaseCount* ht = times ? &times->hessian : nullptr;
     finish_timed(*st.in, pool, ht), finish_timed(*st.down_in, pool, ht);
   }
+  return st;
+}
+
+// expert_stats on the device layer pass, which holds layer li as it was
+// before any of its Linears was quantized (the CPU reads each expert's
+// weights before quantizing it: the same values). The rows are gathered on
+// the host from the MLP inputs and routing the device kept; the expert's
+// gate/up run and its Hessians accumulate on the device.
+ExpertStats expert_stats_on(rt::DeviceLayerPass& dev, const ModelConfig& c, int64_t e, const ActivationStore& moe_in,
+                            const std::vector<std::vector<int32_t>>& routing, bool all, bool hessians, bool ranges) {
+  const int64_t h = c.hidden_size, k = c.num_experts_per_tok;
+  const int64_t ff = rt::layer_linear_shape(c, rt::LayerLinearId{rt::LinearObserver::Gate, e, {}}).out;
+  ExpertStats st;
+  dev.begin_expert(e, rt::LayerCapture{hessians, ranges});
+  std::vector<float> x;
+  for (size_t s = 0; s < moe_in.size(); ++s) {
+    expert_rows(moe_in.load(s), routing[s], h, k, e, all, x);
+    const int64_t rows = static_cast<int64_t>(x.size()) / h;
+    if (rows == 0) continue;
+    st.tokens += rows;
+    dev.run_expert(x.data(), rows);
+  }
+  if (hessians && st.tokens > 0) {
+    st.in = HessianAccumulator::from_matrix(h, dev.captured_rows(rt::LayerInput::Mlp), dev.hessian(rt::LayerInput::Mlp));
+    st.down_in = HessianAccumulator::from_matrix(ff, dev.captured_rows(rt::LayerInput::Down), dev.hessian(rt::LayerInput::Down));
+  } else if (hessians) {  // no rows: empty, as the CPU's (never read)
+    st.in.emplace(h), st.down_in.emplace(ff);
+    st.in->finish(), st.down_in->finish();
+  }
+  if (ranges) st.in_range = dev.range(rt::LayerInput::Mlp), st.down_range = dev.range(rt::LayerInput::Down);
+  dev.begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
+  dev.end_capture();
   return st;
 }
 
@@ -325,8 +365,6 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
   std::vector<size_t> sizes;
   for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
   ActivationStore hidden(sizes, opts.max_memory_bytes, opts.spill_beside);
-  if (opts.bf16 && opts.device != device::Kind::Cpu)
-    throw unsupported("calibration.precision bf16", "the bf16 calibration forward runs on the CPU only (--device cpu)");
   if (opts.resume_layers > 0 && !opts.restore)
     throw Error(ErrorKind::Internal, "run_sequential: resume_layers without restore");
   std::unique_ptr<rt::DeviceLayerPass> dev;
@@ -340,7 +378,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       lengths.push_back(static_cast<int64_t>(sm.size()));
       bytes += sm.size() * static_cast<uint64_t>(c.hidden_size) * sizeof(float);
     }
-    dev = rt::make_device_layer_pass(opts.device, model, longest);
+    dev = rt::make_device_layer_pass(opts.device, model, longest, rt::kDevicePassTokens, opts.bf16);
     resident = hidden_states_on_device(opts, bytes);
     if (resident) dev->make_resident(lengths);
   }
@@ -390,8 +428,15 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       const double h0 = times ? times->hessian.seconds : 0.0;
       if (dev) {
         dev->load(li);
-        dev->begin_capture(rt::LayerCapture{opts.hessian_weighted_error, opts.observe_ranges, false});
-        run_layer_on(*dev, resident, samples, hidden, false);
+        rt::LayerCapture what{opts.hessian_weighted_error, opts.observe_ranges, false};
+        what.moe_inputs = moe_in != nullptr;
+        dev->begin_capture(what);
+        run_layer_on(*dev, resident, samples, hidden, false, [&](size_t s) {
+          if (!moe_in) return;
+          rt::MoeInputs kept = dev->take_moe_inputs();
+          moe_in->store(s, std::move(kept.x));
+          routing[s] = std::move(kept.experts);
+        });
         dev->end_capture();
         obs->adopt(*dev);
         dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
@@ -437,8 +482,10 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
           if (obs) {
             const auto te = std::chrono::steady_clock::now();
             const double h0 = times ? times->hessian.seconds : 0.0;
-            ex = expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
-                              opts.hessian_weighted_error, opts.observe_ranges, pool, times, opts.bf16);
+            ex = dev ? expert_stats_on(*dev, c, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
+                                       opts.hessian_weighted_error, opts.observe_ranges)
+                     : expert_stats(model, li, sl.expert, *moe_in, routing, opts.moe_calibrate_all_experts,
+                                    opts.hessian_weighted_error, opts.observe_ranges, pool, times, opts.bf16);
             // The expert's gate and up over its rows again (the capture pass ran them once).
             const rt::LinearShape gs = rt::layer_linear_shape(c, sl);
             if (times)
@@ -451,7 +498,8 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
             if (ex->tokens == 0 && opts.observe_ranges) {
               // Input ranges from every token instead, so that a static activation scale still covers what the expert would see.
               const ExpertStats all =
-                  expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool, nullptr, opts.bf16);
+                  dev ? expert_stats_on(*dev, c, sl.expert, *moe_in, routing, true, false, true)
+                      : expert_stats(model, li, sl.expert, *moe_in, routing, true, false, true, pool, nullptr, opts.bf16);
               ex->in_range = all.in_range, ex->down_range = all.down_range;
             }
           }

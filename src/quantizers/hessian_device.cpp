@@ -34,13 +34,14 @@ struct ScaleSymmetric {
 struct HessianSum::State {
   int64_t cols = 0, n = 0;
   dvec<double> sum;  // lower triangle of sum x x^T, column-major
+  dvec<double> xd;   // the added rows in double, kept between calls
   Blas blas;
 };
 
 HessianSum::HessianSum(int64_t cols) : s_(std::make_unique<State>()) {
   if (cols <= 0) throw invalid_input("hessian", "column count must be positive, got " + std::to_string(cols));
   s_->cols = cols;
-  s_->sum.assign(static_cast<size_t>(cols * cols), 0.0);
+  fill(s_->sum, cols * cols, 0.0);
 }
 
 HessianSum::~HessianSum() = default;
@@ -55,9 +56,9 @@ void HessianSum::add_device(const float* x, int64_t n_rows) {
   if (n_rows < 0) throw invalid_input("hessian", "negative row count");
   if (n_rows == 0) return;
   const int64_t c = s_->cols;
-  dvec<double> xd(static_cast<size_t>(n_rows * c));
-  for_each_index(n_rows * c, ToDouble{x, raw(xd)});
-  s_->blas.syrk(Uplo::Lower, Op::N, c, n_rows, 1.0, raw(xd), c, 1.0, raw(s_->sum), c);
+  fit(s_->xd, n_rows * c);
+  for_each_index(n_rows * c, ToDouble{x, raw(s_->xd)});
+  s_->blas.syrk(Uplo::Lower, Op::N, c, n_rows, 1.0, raw(s_->xd), c, 1.0, raw(s_->sum), c);
   s_->n += n_rows;
 }
 

@@ -24,6 +24,7 @@ class Decoder final : public rt::DeviceDecoder {
       DeviceLayer& d = layers_[static_cast<size_t>(li)];
       upload_layer(m, li, capacity, d);
       for (const DeviceLinear& l : d.lin) engine_.reserve_widened(l);
+      attach_moe(engine_, d, moe_scratch_);
     }
     final_norm_ = upload_vec(m.weights().final_norm);
     lm_head_ = upload_linear(*m.weights().lm_head, "lm_head");
@@ -47,6 +48,8 @@ class Decoder final : public rt::DeviceDecoder {
   }
 
   void collect_square_sums(bool lm_head) override {
+    if (c_.is_moe())
+      throw unsupported("device decoder", "the square sums of a mixture-of-experts model's experts are collected on the CPU only");
     sums_.clear();
     sums_.resize(layers_.size());
     for (Capture& c : sums_) c.what.square_sums = true;
@@ -70,8 +73,10 @@ class Decoder final : public rt::DeviceDecoder {
 
   uint64_t weight_bytes_per_token() const override {
     uint64_t b = lm_head_.bytes() + static_cast<uint64_t>(c_.hidden_size) * 4;  // + one embedding row
-    for (const DeviceLayer& d : layers_)
+    for (const DeviceLayer& d : layers_) {
       for (const DeviceLinear& l : d.lin) b += l.bytes();
+      if (d.moe) b += d.moe->bytes_per_token();  // the router, the shared expert, k experts of average size
+    }
     return b + static_cast<uint64_t>(c_.hidden_size) * 4 * (2 * layers_.size() + 1);
   }
   uint64_t kv_bytes_per_token() const override {
@@ -108,7 +113,7 @@ class Decoder final : public rt::DeviceDecoder {
     const int64_t m = static_cast<int64_t>(rows.size()), V = c_.vocab_size;
     const dvec<int64_t> drows = upload(rows.data(), m);
     for_each_index(m * h, GatherRows{engine_.x(), raw(drows), engine_.xn(), h});
-    for_each_index(m, RmsNormRows{engine_.xn(), raw(final_norm_), engine_.xn(), h, eps});
+    rms_norm(m, RmsNormRows{engine_.xn(), raw(final_norm_), engine_.xn(), h, eps}, engine_.norm_scratch());
     if (lm_head_sums_) {
       if (lm_sq_.empty()) lm_sq_.assign(static_cast<size_t>(h), 0.0);
       for_each_index(h, ColumnSquareSums{engine_.xn(), raw(lm_sq_), m, h});
@@ -126,6 +131,7 @@ class Decoder final : public rt::DeviceDecoder {
   int64_t capacity_, pass_tokens_, pos_ = 0;
   LayerEngine engine_;
   std::vector<DeviceLayer> layers_;
+  std::shared_ptr<MoeScratch> moe_scratch_ = std::make_shared<MoeScratch>();  // the sparse layers' buffers
   dvec<float> final_norm_;
   DeviceLinear lm_head_;
   std::vector<Capture> sums_;  // per layer, while collecting square sums
@@ -140,13 +146,19 @@ std::unique_ptr<rt::DeviceDecoder> make_decoder(const rt::Model& model, int64_t 
   return std::make_unique<Decoder>(model, capacity, pass_tokens);
 }
 
+namespace {
+struct Itself {
+  QF_HD float operator()(float x) const { return x; }
+};
+}  // namespace
+
 double read_bandwidth(uint64_t bytes) {
   bytes = probe_bytes(bytes);
   const int64_t n = static_cast<int64_t>(bytes / 4);
   dvec<float> buf(static_cast<size_t>(n), 1.0f);
   float check = 0.0f;
   const double best =
-      best_read_rate(bytes, [&] { check += thrust::reduce(thrust::device, buf.begin(), buf.end(), 0.0f, SumOf{}); });
+      best_read_rate(bytes, [&] { check += transform_reduce_n(raw(buf), n, Itself{}, 0.0f, SumOf{}); });
   // The sums are used (and checked), so no pass can be dropped.
   if (!(check > 0.0f)) throw Error(ErrorKind::Internal, "device read bandwidth: the buffer's sum is wrong");
   return best;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -65,7 +66,8 @@ class DeviceDecoder {
   // every forward for each input column j of each layer's four Linear
   // inputs and, with `lm_head`, of lm_head's input on the rows that want
   // logits: llama-imatrix's statistics, summed in double over the tokens in
-  // order, as the CPU's imatrix does.
+  // order, as the CPU's imatrix does. Dense layers only (Unsupported for a
+  // mixture-of-experts model, whose entries are per expert).
   virtual void collect_square_sums(bool lm_head) = 0;
   // The sums so far: [cols] of layer `layer`'s input, or of lm_head's input
   // (layer -1, input ignored); and the tokens they cover.
@@ -83,13 +85,28 @@ struct LayerCapture {
   bool kv_amax = false;   // the largest |K| (after RoPE) and |V|
   bool square_sums = false;  // sum over tokens of x_j^2 per column of each input (the imatrix)
   bool abs_stats = false;    // sum and max over tokens of |x_j| per column of each input (smoothing)
+  // Sparse layers: keep each run's MLP input and routing (take_moe_inputs).
+  // A capturing run that keeps them and does not write back runs no expert.
+  bool moe_inputs = false;
+};
+
+// What a sparse layer's run kept (LayerCapture::moe_inputs): the input of
+// its sparse MLP (the post-attention normed rows the router reads) and the
+// router's choices, as the CPU's LinearObserver sees them
+// (observe_moe_input, observe_routing).
+struct MoeInputs {
+  std::vector<float> x;           // [n, hidden]
+  std::vector<int32_t> experts;   // [n, num_experts_per_tok]
 };
 
 // One decoder layer on a device, for the sequential calibration pipeline:
 // the hidden states of one calibration sequence (positions 0..n-1, a fresh
 // cache each run) go in and come out, and a capturing run measures what
 // the layer's Linears are quantized from, on the device (GPTQ's Hessians
-// by SYRK in double). The same computation as the decoder's layers.
+// by SYRK in double). The same computation as the decoder's layers; a
+// sparse (mixture-of-experts) layer routes each token on the device, and the
+// statistics of each expert's inputs are taken one expert at a time from the
+// rows routed to it, as the CPU pipeline takes them.
 class DeviceLayerPass {
  public:
   virtual ~DeviceLayerPass() = default;
@@ -115,6 +132,17 @@ class DeviceLayerPass {
   virtual std::vector<double> hessian(LayerInput input) const = 0;  // [cols * cols]
   virtual std::pair<float, float> range(LayerInput input) const = 0;
   virtual std::pair<float, float> kv_amax() const = 0;
+  // Sparse layers. What the runs since the last call kept (a capture with
+  // LayerCapture::moe_inputs), handed over: call it after each sequence's run.
+  virtual MoeInputs take_moe_inputs() = 0;
+  // Starts measuring expert `expert` (kSharedExpert: the shared one) of the
+  // loaded sparse layer as `what` asks (hessians, ranges), in place of the
+  // layer's measurements; run_expert runs its gate/up (with its current
+  // weights) on x [n, hidden] (host: the rows routed to it). captured_rows,
+  // hessian and range then give its gate/up input as LayerInput::Mlp and its
+  // down projection's input as LayerInput::Down; begin_capture frees them.
+  virtual void begin_expert(int64_t expert, const LayerCapture& what) = 0;
+  virtual void run_expert(const float* x, int64_t n) = 0;
 };
 
 // The evaluations of the smoothing searches (calibration/smoothing.h: AWQ's
@@ -170,22 +198,26 @@ std::unique_ptr<DeviceSmoothingEval> make_device_smoothing_eval(device::Kind kin
 
 // Device memory a layer pass over sequences of up to `capacity` tokens
 // needs at most: the largest layer's weights as stored (f32 for quantized
-// ones), its cache, the activations of one pass, and the four Hessians in
-// double with SYRK's double copy of the widest input when `hessians`.
+// ones; a sparse layer's router and every expert), its cache, the
+// activations of one pass (with a sparse layer's routing and one expert's
+// buffers), and the Hessians held at once in double with SYRK's double copy
+// of the widest input when `hessians` (a dense layer's four; a sparse
+// layer's attention pair, then one expert's two).
 uint64_t device_layer_pass_bytes(const Model& model, int64_t capacity, bool hessians);
 
 // A layer pass on device `kind` (Host or Cuda; Internal error for Cpu).
 std::unique_ptr<DeviceLayerPass> make_device_layer_pass(device::Kind kind, const Model& model, int64_t capacity,
-                                                        int64_t pass_tokens = kDevicePassTokens);
+                                                        int64_t pass_tokens = kDevicePassTokens, bool bf16 = false);
 
-// The device runtime runs dense layers only: Unsupported, with one clear
-// message, for a mixture-of-experts model (the *_bytes functions and the
-// make_device_* factories below check it too).
-void refuse_sparse_on_device(const Model& model);
+// The smoothing searches' device evaluation runs dense layers only:
+// Unsupported naming `what`, with one clear message, for a mixture-of-experts
+// model (make_device_smoothing_eval checks it too).
+void refuse_sparse_on_device(const Model& model, const std::string& what);
 
 // Device memory a decoder of `model` with `capacity` positions needs at most:
-// weights, cache, the scratch matrix, activations of one pass and the
-// logits of up to kDevicePassTokens rows.
+// weights (every expert of a sparse layer), cache, the scratch matrix,
+// activations of one pass (with a sparse layer's routing and one expert's
+// buffers) and the logits of up to kDevicePassTokens rows.
 uint64_t device_decoder_bytes(const Model& model, int64_t capacity);
 
 // A decoder on device `kind` (Host or Cuda; Internal error for Cpu) running

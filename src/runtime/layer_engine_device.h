@@ -18,33 +18,69 @@
 #include "core/f8_e4m3.h"
 #include "device/blas.h"
 #include "device/exec.h"
+#include "device/rows.h"
 #include "formats/gguf/gguf.h"
 #include "quantizers/device_quantizers.h"
 #include "quantizers/kquant_blocks.h"
+#include "runtime/act_quant_device.h"
 #include "runtime/attention_device.h"
 #include "runtime/device_runtime.h"
 #include "runtime/model.h"
 
 namespace qf::QF_DEV_NS::layer_engine {
 
-// out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w, the mean summed in
-// double in index order (the CPU's rms_norm). One index per row of `dim`;
-// out may be x.
+// out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * w for rows of `dim`
+// (out may be x): the CPU's rms_norm, the mean summed in double over
+// device::kLanes lanes (device/rows.h) instead of in index order, so the
+// scale can differ from the CPU's in its last bit at most rarely (double
+// sums of f32 squares, rounded once to f32).
 struct RmsNormRows {
   const float* x;
   const float* w;
   float* out;
   int64_t dim;
   float eps;
-  QF_HD void operator()(int64_t r) const {
+};
+struct RmsNormLanes {  // part[r, l] = sum of x[r, i]^2 over lane l, in double
+  const float* x;
+  double* part;
+  int64_t dim;
+  QF_HD void operator()(int64_t idx) const {
+    const int64_t r = idx / device::kLanes, l = idx % device::kLanes;
     const float* xr = x + r * dim;
     double ss = 0.0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float scale = static_cast<float>(1.0 / hd::sqrt_f64(ss / static_cast<double>(dim) + eps));
-    float* o = out + r * dim;
-    for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * scale * w[i];
+    for (int64_t i = l; i < dim; i += device::kLanes) ss += static_cast<double>(xr[i]) * xr[i];
+    part[idx] = ss;
   }
 };
+struct RmsNormScale {  // scale[r] = f32(1 / sqrt(sum of the lanes / dim + eps))
+  const double* part;
+  float* scale;
+  int64_t dim;
+  float eps;
+  QF_HD void operator()(int64_t r) const {
+    double ss = 0.0;
+    for (int64_t l = 0; l < device::kLanes; ++l) ss += part[r * device::kLanes + l];
+    scale[r] = static_cast<float>(1.0 / hd::sqrt_f64(ss / static_cast<double>(dim) + eps));
+  }
+};
+struct RmsNormApply {
+  const float* x;
+  const float* w;
+  const float* scale;
+  float* out;
+  int64_t dim;
+  QF_HD void operator()(int64_t idx) const { out[idx] = x[idx] * scale[idx / dim] * w[idx % dim]; }
+};
+// The norm of `rows` rows; `scratch` holds the lanes' sums and the scales.
+inline void rms_norm(int64_t rows, const RmsNormRows& f, dvec<double>& scratch) {
+  fit(scratch, rows * device::kLanes + (rows + 1) / 2);
+  double* part = raw(scratch);
+  float* scale = reinterpret_cast<float*>(part + rows * device::kLanes);
+  for_each_index(rows * device::kLanes, RmsNormLanes{f.x, part, f.dim});
+  for_each_index(rows, RmsNormScale{part, scale, f.dim, f.eps});
+  for_each_index(rows * f.dim, RmsNormApply{f.x, f.w, scale, f.out, f.dim});
+}
 
 // RoPE of one (token, head) row of `hd` values: pairs (i, i + hd/2), or
 // (2i, 2i + 1) when interleaved, rotated by the angle of position pos0 + t
@@ -110,6 +146,12 @@ struct WidenBf16 {
   const uint16_t* src;
   float* dst;
   QF_HD void operator()(int64_t i) const { dst[i] = bf16_to_f32(src[i]); }
+};
+// f32 values rounded to bf16 (to nearest, ties to even).
+struct NarrowBf16 {
+  const float* src;
+  uint16_t* dst;
+  QF_HD void operator()(int64_t i) const { dst[i] = f32_to_bf16(src[i]); }
 };
 
 // dst row r = src row rows[r] (rows of `dim`).
@@ -232,6 +274,7 @@ inline int64_t input_cols(const ModelConfig& c, rt::LayerInput input) {
 struct DeviceLinear {
   int64_t out = 0, in = 0;
   Store store = Store::F32;
+  bool keep_f32 = false;  // stays in f32 under bf16 compute (routers, the shared expert's gate)
   dvec<float> w32;      // Store::F32
   dvec<uint16_t> w16;   // Store::F16 / Bf16
   dvec<uint8_t> blocks;  // Store::Blocks
@@ -301,11 +344,19 @@ inline DeviceLinear upload_linear(const rt::Linear& l, const std::string& name) 
   return d;
 }
 
+// A sparse layer's router and experts, and its MLP block (moe_device.h, included at the end).
+struct DeviceMoe;
+struct Capture;
+class LayerEngine;
+inline std::shared_ptr<DeviceMoe> upload_moe(const rt::Model& m, int64_t li);
+inline void moe_block(LayerEngine& e, DeviceMoe& moe, int64_t n, Capture* cap);
+
 struct DeviceLayer {
   dvec<float> attn_norm, ffn_norm, q_norm, k_norm;
   DeviceLinear lin[7];  // kLayerLinears order: q k v o gate up down
   int64_t window = 0;
   dvec<float> k_cache, v_cache;  // [capacity, kv_dim]
+  std::shared_ptr<DeviceMoe> moe;  // a sparse layer's (lin[4..6] empty); null: dense
 };
 
 inline dvec<float> upload_vec(const std::vector<float>& v) { return upload(v.data(), static_cast<int64_t>(v.size())); }
@@ -318,8 +369,14 @@ inline void upload_layer(const rt::Model& m, int64_t li, int64_t capacity, Devic
   d.q_norm = upload_vec(L.q_norm), d.k_norm = upload_vec(L.k_norm);
   for (size_t j = 0; j < 7; ++j) {
     const rt::LayerLinear& ll = rt::kLayerLinears[j];
+    if (!(L.*ll.member)) {  // a sparse layer's dense MLP
+      d.lin[j] = DeviceLinear{};
+      continue;
+    }
     d.lin[j] = upload_linear(*(L.*ll.member), "model.layers." + std::to_string(li) + "." + ll.name);
   }
+  d.moe.reset();
+  if (L.sparse()) d.moe = upload_moe(m, li);
   d.window = m.window(li);
   const size_t kv = static_cast<size_t>(capacity * m.config().kv_dim());
   if (d.k_cache.size() != kv) d.k_cache.resize(kv), d.v_cache.resize(kv);
@@ -333,7 +390,7 @@ struct MaxOf {
   QF_HD float operator()(float a, float b) const { return b > a ? b : a; }
 };
 inline float abs_max(const float* x, int64_t n) {
-  return thrust::transform_reduce(thrust::device, x, x + n, AbsOf{}, 0.0f, MaxOf{});
+  return transform_reduce_n(x, n, AbsOf{}, 0.0f, MaxOf{});
 }
 
 // sum[j] += x[t, j]^2 over the n rows in order, in double: one index per column.
@@ -403,7 +460,9 @@ struct Capture {
 // computation on the device, on x_ in place.
 class LayerEngine {
  public:
-  LayerEngine(const rt::Model& m, int64_t capacity) : m_(m), c_(m.config()) {
+  // bf16: every Linear that does not quantize its input computes in bf16
+  // (linear()); the calibration passes of calibration.precision bf16.
+  LayerEngine(const rt::Model& m, int64_t capacity, bool bf16 = false) : m_(m), c_(m.config()), bf16_(bf16) {
     // The rotation angles of every position, as Model::rope computes them.
     const std::vector<float>& inv = m.inv_freq();
     const int64_t half = c_.head_dim / 2;
@@ -433,48 +492,66 @@ class LayerEngine {
   float* x() { return raw(x_); }
   float* xn() { return raw(xn_); }
   Blas& blas() { return blas_; }
+  dvec<double>& norm_scratch() { return norm_; }
 
   // y[n, out] = x[n, in] W^T (+ bias), the input quantized first when the
   // Linear says so: one GEMM, y^T (out x n) = op T of W's column-major
   // in x out view (W is stored row-major [out, in]) times x^T.
   void linear(DeviceLinear& l, const float* x, int64_t n, float* y) {
     if (l.act) {
-      std::vector<float> hx(static_cast<size_t>(n * l.in));
-      thrust::copy(thrust::device_pointer_cast(x), thrust::device_pointer_cast(x) + n * l.in, hx.begin());
-      quantize_activations(*l.act, hx.data(), n, l.in);
-      xq_.assign(hx.begin(), hx.end());
+      fit(xq_, n * l.in);
+      act_quant::quantize_activations(*l.act, x, n, l.in, raw(xq_), act_scratch_);
       x = raw(xq_);
     }
-    const float* W = raw(l.w32);
-    if (l.store != Store::F32) {
-      float* dst = raw(scratch_w_);
-      switch (l.store) {
-        case Store::F16: for_each_index(l.out * l.in, WidenF16{raw(l.w16), dst}); break;
-        case Store::Bf16: for_each_index(l.out * l.in, WidenBf16{raw(l.w16), dst}); break;
-        case Store::Blocks: {
-          const int64_t per_row = l.in / l.block_elems;
-          for_each_index(l.out * per_row, WidenBlocks{raw(l.blocks), dst, l.ggml, l.row_bytes, per_row, l.block_elems,
-                                                      l.type_size, l.in});
-          break;
-        }
-        case Store::Packed:
-          for_each_index(l.out * l.in, WidenPacked{raw(l.packed), raw(l.scales), raw(l.zeros),
-                                                   l.g_idx.empty() ? nullptr : raw(l.g_idx), dst, l.bits, l.strategy,
-                                                   l.group_size, l.groups, l.words_per_row, l.in});
-          break;
-        case Store::Fp8:
-          for_each_index(l.out * l.in, WidenFp8{raw(l.blocks), raw(l.scales), dst, l.strategy, l.group_size, l.groups, l.in});
-          break;
-        case Store::Nvfp4:
-          for_each_index(l.out * l.in, WidenNvfp4{raw(l.blocks), raw(l.block_scales), dst, l.global, l.group_size,
-                                                  l.groups, l.in});
-          break;
-        case Store::F32: break;
+    if (bf16_ && !l.act && !l.keep_f32) {
+      // bf16 compute (calibration.precision bf16): the weight as bf16 (as
+      // stored, or decoded and rounded), the input rounded to bf16, the
+      // products summed in f32 on the tensor cores: rt::make_bf16_linear.
+      const uint16_t* W16 = raw(l.w16);
+      if (l.store != Store::Bf16) {
+        const float* W = widened(l);
+        fit(w16_, l.out * l.in);
+        for_each_index(l.out * l.in, NarrowBf16{W, raw(w16_)});
+        W16 = raw(w16_);
       }
-      W = dst;
+      fit(x16_, n * l.in);
+      for_each_index(n * l.in, NarrowBf16{x, raw(x16_)});
+      blas_.gemm_16(Half::Bf16, Op::T, Op::N, l.out, n, l.in, 1.0f, W16, l.in, raw(x16_), l.in, 0.0f, y, l.out);
+    } else {
+      blas_.gemm(Op::T, Op::N, l.out, n, l.in, 1.0f, widened(l), l.in, x, l.in, 0.0f, y, l.out);
     }
-    blas_.gemm(Op::T, Op::N, l.out, n, l.in, 1.0f, W, l.in, x, l.in, 0.0f, y, l.out);
     if (!l.bias.empty()) for_each_index(n * l.out, AddBias{y, raw(l.bias), l.out});
+  }
+
+  // The Linear's weight as f32 [out, in]: its own (f32 store) or decoded
+  // into the scratch matrix.
+  const float* widened(DeviceLinear& l) {
+    if (l.store == Store::F32) return raw(l.w32);
+    float* dst = raw(scratch_w_);
+    switch (l.store) {
+      case Store::F16: for_each_index(l.out * l.in, WidenF16{raw(l.w16), dst}); break;
+      case Store::Bf16: for_each_index(l.out * l.in, WidenBf16{raw(l.w16), dst}); break;
+      case Store::Blocks: {
+        const int64_t per_row = l.in / l.block_elems;
+        for_each_index(l.out * per_row, WidenBlocks{raw(l.blocks), dst, l.ggml, l.row_bytes, per_row, l.block_elems,
+                                                    l.type_size, l.in});
+        break;
+      }
+      case Store::Packed:
+        for_each_index(l.out * l.in, WidenPacked{raw(l.packed), raw(l.scales), raw(l.zeros),
+                                                 l.g_idx.empty() ? nullptr : raw(l.g_idx), dst, l.bits, l.strategy,
+                                                 l.group_size, l.groups, l.words_per_row, l.in});
+        break;
+      case Store::Fp8:
+        for_each_index(l.out * l.in, WidenFp8{raw(l.blocks), raw(l.scales), dst, l.strategy, l.group_size, l.groups, l.in});
+        break;
+      case Store::Nvfp4:
+        for_each_index(l.out * l.in, WidenNvfp4{raw(l.blocks), raw(l.block_scales), dst, l.global, l.group_size,
+                                                l.groups, l.in});
+        break;
+      case Store::F32: break;
+    }
+    return dst;
   }
 
   // y_ := o_proj(attention(attn_norm(x_))) for the n tokens in x_ at
@@ -485,14 +562,14 @@ class LayerEngine {
     const int64_t nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
     const float eps = static_cast<float>(c_.rms_norm_eps);
     reserve(n);
-    for_each_index(n, RmsNormRows{raw(x_), raw(L.attn_norm), raw(xn_), h, eps});
+    rms_norm(n, RmsNormRows{raw(x_), raw(L.attn_norm), raw(xn_), h, eps}, norm_);
     if (cap) cap->input(rt::LayerInput::Attention, raw(xn_), n, h);
     linear(L.lin[0], raw(xn_), n, raw(q_));
     linear(L.lin[1], raw(xn_), n, raw(k_));
     linear(L.lin[2], raw(xn_), n, raw(v_));
     if (!L.q_norm.empty()) {
-      for_each_index(n * nh, RmsNormRows{raw(q_), raw(L.q_norm), raw(q_), hd, eps});
-      for_each_index(n * nkv, RmsNormRows{raw(k_), raw(L.k_norm), raw(k_), hd, eps});
+      rms_norm(n * nh, RmsNormRows{raw(q_), raw(L.q_norm), raw(q_), hd, eps}, norm_);
+      rms_norm(n * nkv, RmsNormRows{raw(k_), raw(L.k_norm), raw(k_), hd, eps}, norm_);
     }
     const bool il = m_.weights().rope_interleaved;
     for_each_index(n * nh, RopeRows{raw(q_), raw(cos_), raw(sin_), nh, hd, pos0, il});
@@ -513,6 +590,7 @@ class LayerEngine {
   // y_ := down(swiglu(gate(xn_), up(xn_))) of the n normed rows in xn_;
   // g_ keeps down_proj's input.
   void mlp_block(DeviceLayer& L, int64_t n, Capture* cap) {
+    if (L.moe) return moe_block(*this, *L.moe, n, cap);  // a sparse layer (moe_device.h)
     const int64_t h = c_.hidden_size, ff = c_.intermediate_size;
     reserve(n);
     if (cap) cap->input(rt::LayerInput::Mlp, raw(xn_), n, h);
@@ -527,7 +605,7 @@ class LayerEngine {
   void attention_residual(DeviceLayer& L, int64_t n) {
     const int64_t h = c_.hidden_size;
     for_each_index(n * h, AddInPlace{raw(x_), raw(y_)});
-    for_each_index(n, RmsNormRows{raw(x_), raw(L.ffn_norm), raw(xn_), h, static_cast<float>(c_.rms_norm_eps)});
+    rms_norm(n, RmsNormRows{raw(x_), raw(L.ffn_norm), raw(xn_), h, static_cast<float>(c_.rms_norm_eps)}, norm_);
   }
 
   // Layer L on the n tokens in x_ (positions pos0..pos0+n-1), in place:
@@ -555,9 +633,6 @@ class LayerEngine {
   }
 
  private:
-  static void fit(dvec<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  }
   void reserve(int64_t n) {
     const int64_t h = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), ff = c_.intermediate_size;
     fit(xn_, n * h), fit(y_, n * h), fit(q_, n * qd), fit(att_, n * qd), fit(k_, n * kvd), fit(v_, n * kvd);
@@ -566,8 +641,12 @@ class LayerEngine {
 
   const rt::Model& m_;
   const ModelConfig& c_;
+  bool bf16_ = false;
   Blas blas_;
   dvec<float> cos_, sin_, scratch_w_;
+  dvec<double> norm_;         // rms_norm's lane sums and scales
+  dvec<float> act_scratch_;   // activation quantization's lane maxima and row scales
+  dvec<uint16_t> w16_, x16_;  // bf16 compute's weight and input
   dvec<float> x_, xn_, y_, q_, k_, v_, att_, g_, u_, xq_, scores_;
 };
 
@@ -587,3 +666,6 @@ inline void check_capacity(const ModelConfig& c, int64_t capacity, int64_t pass_
 }
 
 }  // namespace qf::QF_DEV_NS::layer_engine
+
+// The sparse MLP of mixture-of-experts layers: DeviceMoe, upload_moe, moe_block.
+#include "runtime/moe_device.h"

@@ -190,6 +190,26 @@ done
   && ok "convert takes the device's imatrix" || fail "convert with the host imatrix"
 expect_exit 2 "--device: gpu not in \{" -- "$QF" bench "$fx" --device gpu
 
+# calibration.precision bf16 on the device: bf16 weights and inputs with f32
+# sums (GemmEx), as the CPU's bf16 forward; the same bounds as f32.
+rec_bf16="$WORK/w4-gptq-bf16.yaml"
+sed 's/^  seed: 0$/  seed: 0\n  precision: bf16/' "$rec/w4-gptq.yaml" >"$rec_bf16"
+for d in cpu host; do
+  "$QF" -q quantize "$fx" --recipe "$rec_bf16" --calib "$calib" -o "$WORK/bf16-$d" --device $d >/dev/null 2>"$WORK/bf16-$d.err" \
+    || fail "bf16 calibration on $d: $(cat "$WORK/bf16-$d.err")"
+  "$QF" -q eval "$WORK/bf16-$d" --text "$text" --baseline "$fx" --max-chunks 4 --json "$WORK/bf16-kl-$d.json" >/dev/null 2>&1 \
+    || fail "eval bf16 $d"
+done
+$PY "$WORK/cmp.py" "$WORK/bf16-cpu/model.safetensors" "$WORK/bf16-host/model.safetensors" \
+  && ok "bf16 calibration: --device host writes the CPU's tensors, codes within the bound" || fail "bf16: host and cpu tensors"
+$PY - "$WORK/bf16-kl-cpu.json" "$WORK/bf16-kl-host.json" <<'PYEOF' && ok "bf16 calibration on the device is as good as on the CPU" \
+  || fail "bf16 calibration KL"
+import json, sys
+c, h = (json.load(open(p))["kld"]["mean"] for p in sys.argv[1:3])
+print(f"  KL cpu {c:.6f} host {h:.6f}")
+assert c > 0 and abs(h - c) <= 0.10 * c + 1e-6, (c, h)
+PYEOF
+
 # A device that fails mid-run (QF_DEVICE_FAULT: the n-th device allocation
 # runs out of memory, the n-th BLAS call fails) ends the run with one line,
 # exit 5, and nothing under the output's name or beside it.
