@@ -24,31 +24,6 @@ calib="$SRC/tests/data/text/calibration.txt"
 # W4 AWQ's KL is 0.004822 (AVX-512), 0.004642 (AVX2), 0.004662 (scalar) and
 # 0.004669 on the host build. The bounds: at most 10% of the codes, KL
 # within 10%.
-cat >"$WORK/cmp.py" <<'PYEOF'
-import json, struct, sys
-import numpy as np
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop('__metadata__', None)
-    return b[8 + n:], h
-da, ha = load(sys.argv[1]); db, hb = load(sys.argv[2])
-assert ha.keys() == hb.keys(), set(ha) ^ set(hb)
-codes = diff = 0
-for k, v in ha.items():
-    w = hb[k]
-    assert (v['dtype'], v['shape']) == (w['dtype'], w['shape']), (k, v, w)
-    if k.endswith('weight_packed'):
-        x = np.frombuffer(da[v['data_offsets'][0]:v['data_offsets'][1]], np.uint32)
-        y = np.frombuffer(db[w['data_offsets'][0]:w['data_offsets'][1]], np.uint32)
-        for i in range(8):
-            codes += x.size
-            diff += int((((x >> (4 * i)) & 15) != ((y >> (4 * i)) & 15)).sum())
-if codes:
-    assert diff <= 0.10 * codes, f"{diff} of {codes} codes differ"
-    print(f"  {100 * diff / codes:.2f}% of {codes} codes differ")
-PYEOF
 for r in w4-gptq w4-rtn nvfp4 fp8 w4-awq w8a8-sq-search; do
   for d in cpu host; do
     "$QF" -q quantize "$fx" --recipe "$rec/$r.yaml" --calib "$calib" -o "$WORK/$d-$r" --device $d >/dev/null 2>"$WORK/$d-$r.err" \
@@ -60,7 +35,7 @@ for r in w4-gptq w4-rtn nvfp4 fp8 w4-awq w8a8-sq-search; do
       && ok "$r: --device host writes the CPU reference's bytes" || fail "$r: --device host and --device cpu differ"
     continue
   fi
-  $PY "$WORK/cmp.py" "$WORK/cpu-$r/model.safetensors" "$WORK/host-$r/model.safetensors" \
+  $PY "$SRC/tests/cli/codes_differ.py" "$WORK/cpu-$r/model.safetensors" "$WORK/host-$r/model.safetensors" weight_packed \
     && ok "$r: --device host writes the CPU's tensors, codes within the bound" || fail "$r: host and cpu tensors"
   for d in cpu host; do
     "$QF" -q eval "$WORK/$d-$r" --text "$SRC/tests/data/text/evaluation.txt" --baseline "$fx" --max-chunks 4 \
@@ -106,7 +81,7 @@ for d in cpu host; do
   "$QF" -q quantize "$fx" --recipe "$WORK/mse.yaml" --calib "$calib" -o "$WORK/mse-$d" --device $d >/dev/null 2>&1 \
     || fail "mse on $d"
 done
-$PY "$WORK/cmp.py" "$WORK/mse-cpu/model.safetensors" "$WORK/mse-host/model.safetensors" \
+$PY "$SRC/tests/cli/codes_differ.py" "$WORK/mse-cpu/model.safetensors" "$WORK/mse-host/model.safetensors" weight_packed \
   && ok "GPTQ with the mse observer: --device host writes the CPU's tensors, codes within the bound" || fail "mse: host and cpu"
 sed 's/            strategy: group/            strategy: tensor/; s/            group_size: 128/            observer: mse/' \
   "$rec/w4-rtn.yaml" >"$WORK/mse-tensor.yaml"
@@ -200,7 +175,7 @@ for d in cpu host; do
   "$QF" -q eval "$WORK/bf16-$d" --text "$text" --baseline "$fx" --max-chunks 4 --json "$WORK/bf16-kl-$d.json" >/dev/null 2>&1 \
     || fail "eval bf16 $d"
 done
-$PY "$WORK/cmp.py" "$WORK/bf16-cpu/model.safetensors" "$WORK/bf16-host/model.safetensors" \
+$PY "$SRC/tests/cli/codes_differ.py" "$WORK/bf16-cpu/model.safetensors" "$WORK/bf16-host/model.safetensors" weight_packed \
   && ok "bf16 calibration: --device host writes the CPU's tensors, codes within the bound" || fail "bf16: host and cpu tensors"
 $PY - "$WORK/bf16-kl-cpu.json" "$WORK/bf16-kl-host.json" <<'PYEOF' && ok "bf16 calibration on the device is as good as on the CPU" \
   || fail "bf16 calibration KL"

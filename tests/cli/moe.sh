@@ -211,30 +211,7 @@ PYEOF
 # packed experts decoded on the device), KL within 1e-4.
 "$QF" -q quantize "$fx" --recipe "$WORK/w4-gptq-gptqfmt.yaml" --calib "$calib" -o "$WORK/dev-host" --device host \
   >/dev/null 2>"$WORK/dev-host.err" || fail "quantize w4-gptq-gptqfmt on host: $(cat "$WORK/dev-host.err")"
-$PY - "$WORK/w4-gptq-gptqfmt/model.safetensors" "$WORK/dev-host/model.safetensors" <<'PYEOF' && ok "quantize --device host: the CPU's tensors, codes within the bound" || fail "quantize --device host: codes"
-import json, struct, sys
-import numpy as np
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop('__metadata__', None)
-    return b[8 + n:], h
-da, ha = load(sys.argv[1]); db, hb = load(sys.argv[2])
-assert ha.keys() == hb.keys(), set(ha) ^ set(hb)
-codes = diff = 0
-for k, v in ha.items():
-    w = hb[k]
-    assert (v['dtype'], v['shape']) == (w['dtype'], w['shape']), (k, v, w)
-    if k.endswith('qweight'):
-        x = np.frombuffer(da[v['data_offsets'][0]:v['data_offsets'][1]], np.uint32)
-        y = np.frombuffer(db[w['data_offsets'][0]:w['data_offsets'][1]], np.uint32)
-        for i in range(8):
-            codes += x.size
-            diff += int((((x >> (4 * i)) & 15) != ((y >> (4 * i)) & 15)).sum())
-assert codes and diff <= 0.10 * codes, f"{diff} of {codes} codes differ"
-print(f"  {100 * diff / codes:.2f}% of {codes} codes differ")
-PYEOF
+$PY "$SRC/tests/cli/codes_differ.py" "$WORK/w4-gptq-gptqfmt/model.safetensors" "$WORK/dev-host/model.safetensors" qweight --require && ok "quantize --device host: the CPU's tensors, codes within the bound" || fail "quantize --device host: codes"
 k_dhost=$(kl "$WORK/dev-host") \
   && $PY -c "import sys; c, h = map(float, sys.argv[1:]); assert c > 0 and abs(h - c) <= 0.10 * c + 1e-6, (c, h)" "$k_gptqfmt" "$k_dhost" \
   && ok "quantize --device host: KL $k_dhost (cpu $k_gptqfmt)" || fail "KL of the device checkpoint: ${k_dhost:-?} against ${k_gptqfmt:-?}"
