@@ -1,6 +1,7 @@
 #include "quantizers/device_quantizers.h"
 
 #include "core/error.h"
+#include "device/guard.h"
 
 namespace qf {
 
@@ -10,17 +11,6 @@ namespace {
 void require_cuda() {
   std::string why;
   if (!device::cuda_usable(&why)) throw unsupported("--device cuda", "no usable CUDA device: " + why);
-}
-
-// Runs a device function; what Thrust or the CUDA runtime throws (device
-// memory exhausted, a failed launch) becomes a qf::Error that says so.
-template <class F>
-auto on_device(device::Kind k, F f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (...) {
-    device::rethrow_as_device_error(k);
-  }
 }
 
 }  // namespace
@@ -39,11 +29,11 @@ QuantizedTensor quantize_rtn_on(device::Kind k, const float* w, int64_t rows, in
                                 RangeObserver obs, const MseOptions& mse) {
   switch (k) {
     case device::Kind::Cpu: return quantize_rtn(w, rows, cols, s, obs, mse);
-    case device::Kind::Host: return on_device(k, [&] { return host::quantize_rtn(w, rows, cols, s, obs, mse); });
+    case device::Kind::Host: return device::guarded_call(k, [&] { return host::quantize_rtn(w, rows, cols, s, obs, mse); });
     case device::Kind::Cuda:
       require_cuda();
 #if QF_HAVE_CUDA
-      return on_device(k, [&] { return cuda::quantize_rtn(w, rows, cols, s, obs, mse); });
+      return device::guarded_call(k, [&] { return cuda::quantize_rtn(w, rows, cols, s, obs, mse); });
 #endif
       break;
   }
@@ -53,11 +43,11 @@ QuantizedTensor quantize_rtn_on(device::Kind k, const float* w, int64_t rows, in
 QuantizedTensor quantize_fp8_on(device::Kind k, const float* w, int64_t rows, int64_t cols, const QuantScheme& s) {
   switch (k) {
     case device::Kind::Cpu: return quantize_fp8(w, rows, cols, s);
-    case device::Kind::Host: return on_device(k, [&] { return host::quantize_fp8(w, rows, cols, s); });
+    case device::Kind::Host: return device::guarded_call(k, [&] { return host::quantize_fp8(w, rows, cols, s); });
     case device::Kind::Cuda:
       require_cuda();
 #if QF_HAVE_CUDA
-      return on_device(k, [&] { return cuda::quantize_fp8(w, rows, cols, s); });
+      return device::guarded_call(k, [&] { return cuda::quantize_fp8(w, rows, cols, s); });
 #endif
       break;
   }
@@ -68,11 +58,11 @@ QuantizedTensor quantize_nvfp4_on(device::Kind k, const float* w, int64_t rows, 
                                   float global_amax) {
   switch (k) {
     case device::Kind::Cpu: return quantize_nvfp4(w, rows, cols, s, global_amax);
-    case device::Kind::Host: return on_device(k, [&] { return host::quantize_nvfp4(w, rows, cols, s, global_amax); });
+    case device::Kind::Host: return device::guarded_call(k, [&] { return host::quantize_nvfp4(w, rows, cols, s, global_amax); });
     case device::Kind::Cuda:
       require_cuda();
 #if QF_HAVE_CUDA
-      return on_device(k, [&] { return cuda::quantize_nvfp4(w, rows, cols, s, global_amax); });
+      return device::guarded_call(k, [&] { return cuda::quantize_nvfp4(w, rows, cols, s, global_amax); });
 #endif
       break;
   }
@@ -84,12 +74,12 @@ GptqResult gptq_quantize_on(device::Kind k, const float* w, int64_t rows, int64_
                             const std::string& name) {
   switch (k) {
     case device::Kind::Cpu: return gptq_quantize(w, rows, cols, hessian, s, opts, name);
-    case device::Kind::Host: return on_device(k, [&] { return host::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
+    case device::Kind::Host: return device::guarded_call(k, [&] { return host::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
     case device::Kind::Cuda:
       require_cuda();
       device::require_device_memory(k, gptq_device_bytes(rows, cols, opts.block_size), name + ": GPTQ");
 #if QF_HAVE_CUDA
-      return on_device(k, [&] { return cuda::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
+      return device::guarded_call(k, [&] { return cuda::gptq_quantize(w, rows, cols, hessian, s, opts, name); });
 #endif
       break;
   }

@@ -6,19 +6,12 @@
 
 #include <memory>
 
+#include "device/guard.h"
 #include "runtime/device_runtime.h"
 
 namespace qf::rt {
 
-// Runs f (a call into device code); its exceptions as device errors.
-template <class F>
-auto guarded_call(device::Kind k, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (...) {
-    device::rethrow_as_device_error(k);
-  }
-}
+using device::guarded_call;
 
 std::unique_ptr<DeviceDecoder> guard_device(device::Kind kind, std::unique_ptr<DeviceDecoder> inner);
 std::unique_ptr<DeviceLayerPass> guard_device(device::Kind kind, std::unique_ptr<DeviceLayerPass> inner);
