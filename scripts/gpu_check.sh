@@ -118,7 +118,7 @@ export LC_NUMERIC=C  # EPOCHREALTIME and awk with a decimal point
 GPU_PACKAGES=(
   cmake make pkg-config g++-12
   libeigen3-dev nlohmann-json3-dev libcli11-dev libzstd-dev libyaml-cpp-dev
-  libgtest-dev libpcre2-dev libsentencepiece-dev
+  libgtest-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev
   python3 python3-numpy
 )
 ALL_STEPS=tests,quantize,formats,faults,sanitizer,gptq8b,tiny

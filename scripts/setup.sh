@@ -13,6 +13,7 @@ packages=(
   libthrust-dev                         # device code's host build, where the CUDA toolkit (include/cccl) is absent
   libeigen3-dev nlohmann-json3-dev libcli11-dev libzstd-dev libyaml-cpp-dev
   libgtest-dev libpcre2-dev libsentencepiece-dev pybind11-dev
+  libpng-dev libjpeg-dev                # image files of the vision-language models (formats/image)
   python3-dev python3-numpy python3-pytest python3-tqdm
   python3-matplotlib python3-nbclient python3-nbformat python3-ipykernel
   slurmctld slurmd slurm-client munge   # tests/cli/slurm.sh runs a one-node cluster for `batch`

@@ -6,6 +6,9 @@
 // quantforge convert ADAPTER --to gguf-lora --base MODEL [--type F16|BF16|F32] -o A.gguf
 //                   (PEFT LoRA adapter -> llama.cpp's LoRA adapter GGUF)
 // --lora DIR[:SCALE] (repeatable) merges adapters into MODEL before --to gguf.
+// A vision-language MODEL (qwen2_vl, llava, llava_next) also writes its vision
+// encoder as llama.cpp's mmproj GGUF: beside OUT as mmproj-<OUT's name>, at
+// --mmproj PATH, or not at all with --no-mmproj (qwen2_5_vl needs it).
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -17,7 +20,9 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "convert/gguf_lora.h"
+#include "convert/gguf_mmproj.h"
 #include "convert/hf_to_gguf.h"
+#include "formats/hf/model_config.h"
 #include "formats/hf/resolve.h"
 #include "formats/llama2c/llama2c_model.h"
 #include "calibration/activation_store.h"
@@ -39,7 +44,28 @@ struct ConvertOpts {
   bool dry_run = false, type_given = false;
   LoraFlags lora;
   std::string base;  // --to gguf-lora: the adapter's base model
+  std::string mmproj;  // --to gguf of a vision-language model: where its mmproj goes
+  bool no_mmproj = false;
 };
+
+// --mmproj / --no-mmproj against the model: the mmproj path to check and
+// write (empty: none). Usage errors for a text model; qwen2_5_vl without
+// --no-mmproj is refused here, before any work.
+std::filesystem::path mmproj_output(const ConvertOpts& o, const std::filesystem::path& dir) {
+  if (!o.mmproj.empty() && o.no_mmproj) throw Error(ErrorKind::Usage, "--mmproj and --no-mmproj exclude each other");
+  const ModelConfig c = load_model_config(dir);
+  if (!c.vlm) {
+    if (!o.mmproj.empty() || o.no_mmproj)
+      throw Error(ErrorKind::Usage, std::string(o.no_mmproj ? "--no-mmproj" : "--mmproj") + " applies to vision-language models "
+                                    "(qwen2_vl, qwen2_5_vl, llava, llava_next); " + dir.string() + " is a text model (" + c.model_type + ")");
+    return {};
+  }
+  if (o.no_mmproj) return {};
+  if (c.vlm->model_type == "qwen2_5_vl")
+    throw unsupported(dir.string(), "llama.cpp b4748 has no Qwen2.5-VL vision encoder for an mmproj file; convert the language "
+                                    "model alone with --no-mmproj");
+  return o.mmproj.empty() ? default_mmproj_path(o.out) : std::filesystem::path(o.mmproj);
+}
 
 bool budget_given(const ConvertOpts& o) { return o.target_bpw || !o.target_size.empty(); }
 bool budget_flags(const ConvertOpts& o) {
@@ -95,7 +121,13 @@ void run_gguf(const ConvertOpts& o) {
   if (!budget_given(o) && budget_flags(o))
     throw Error(ErrorKind::Usage, "--types, --calib, --sensitivity, --dry-run and --json apply to a size budget (--target-bpw or --target-size)");
   if (!o.base.empty()) throw Error(ErrorKind::Usage, "--base applies to --to gguf-lora");
+  const std::filesystem::path mmproj = mmproj_output(o, m.dir);
+  g.mmproj = o.mmproj;
+  g.no_mmproj = o.no_mmproj;
   if (!o.dry_run) check_output_file(o.out, {m.dir, o.imatrix, o.calib, o.sensitivity}, o.force, false, "-o");
+  if (!o.dry_run && !mmproj.empty())
+    check_output_file(mmproj, {m.dir, o.imatrix, o.calib, o.sensitivity, o.out}, o.force, false,
+                      o.mmproj.empty() ? "the mmproj file" : "--mmproj");
   // The plan's JSON: --json, else beside the model a conversion writes (a dry run writes none).
   std::filesystem::path json = o.json;
   if (budget_given(o) && json.empty() && !o.dry_run) json = std::filesystem::path(o.out).replace_extension(".mix.json");
@@ -118,12 +150,16 @@ void run_gguf(const ConvertOpts& o) {
                  r.parameters ? 8.0 * static_cast<double>(r.output_bytes) / static_cast<double>(r.parameters) : 0.0,
                  static_cast<double>(r.input_bytes) / 1048576.0, r.seconds,
                  static_cast<double>(r.input_bytes) / 1e6 / std::max(r.seconds, 1e-9));
+  if (!quiet && !r.mmproj_path.empty())
+    std::fprintf(stderr, "wrote %s: the vision encoder and projector (mmproj), %.2f MiB\n", r.mmproj_path.c_str(),
+                 static_cast<double>(r.mmproj_bytes) / 1048576.0);
 }
 
 void run_gguf_lora(const ConvertOpts& o) {
   if (o.base.empty()) throw Error(ErrorKind::Usage, "--to gguf-lora needs --base MODEL (the Hugging Face model the adapter was trained on)");
   if (!o.lora.adapters.empty()) throw Error(ErrorKind::Usage, "--lora applies to --to gguf; the adapter of --to gguf-lora is the input");
-  if (!o.imatrix.empty() || budget_flags(o) || o.output_type_given || o.token_embd_type_given || o.allow_nonfinite)
+  if (!o.imatrix.empty() || budget_flags(o) || o.output_type_given || o.token_embd_type_given || o.allow_nonfinite ||
+      !o.mmproj.empty() || o.no_mmproj)
     throw Error(ErrorKind::Usage, "--to gguf-lora takes --base, --type (F16, BF16 or F32), -o and --force");
   const DType type = parse_gguf_lora_type(o.type, "--type");
   const LoraSpec spec = parse_lora_spec(o.input, "convert");
@@ -147,6 +183,7 @@ void run_convert(const ConvertOpts& o) {
   if (budget_flags(o))
     throw Error(ErrorKind::Usage, "--target-bpw, --target-size, --types, --calib, --sensitivity, --dry-run and --json apply to --to gguf");
   if (o.allow_nonfinite) throw Error(ErrorKind::Usage, "--allow-nonfinite applies to --to gguf");
+  if (!o.mmproj.empty() || o.no_mmproj) throw Error(ErrorKind::Usage, "--mmproj and --no-mmproj apply to --to gguf");
   if (o.output_type_given || o.token_embd_type_given)
     throw Error(ErrorKind::Usage, "--output-tensor-type and --token-embedding-type apply to --to gguf");
   if (o.to != "hf")
@@ -191,6 +228,12 @@ void register_convert(CLI::App& app) {
   cmd->add_option("-o,--output", o->out, "output: a .gguf file (--force to replace one), or a folder for --to hf (must not exist, or be empty)")->required();
   cmd->add_flag("--force", o->force, "gguf: replace an existing output file (never an input of this run)");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "gguf: convert even when a weight is NaN or infinite");
+  cmd->add_option("--mmproj", o->mmproj,
+                  "gguf of a vision-language model (qwen2_vl, llava, llava_next): where its vision encoder and projector go, "
+                  "as llama.cpp's mmproj GGUF (default: mmproj-<output name> beside the output); always f16/f32");
+  cmd->add_flag("--no-mmproj", o->no_mmproj,
+                "gguf of a vision-language model: write the language model only (required for qwen2_5_vl, which llama.cpp's "
+                "mmproj loader does not support)");
   cmd->callback([o, output_type, token_embd_type, type] {
     o->type_given = type->count() > 0;
     o->output_type_given = output_type->count() > 0;

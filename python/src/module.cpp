@@ -30,6 +30,7 @@
 #include "calibration/quantize_model.h"
 #include "checkpoint/lora_merge.h"
 #include "convert/gguf_lora.h"
+#include "formats/hf/model_tensors.h"
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -598,6 +599,7 @@ class PyModel {
     } else {
       source_ = resolve_model(arg_).dir;
       checkpoint_ = std::make_shared<Checkpoint>(Checkpoint::open(source_));
+      apply_hf_tensor_naming(load_model_config(source_), *checkpoint_);
     }
   }
 

@@ -10,6 +10,13 @@ namespace qf {
 
 std::vector<std::vector<int32_t>> load_calibration(const std::filesystem::path& file, const Tokenizer& tok,
                                                    const CalibrationOptions& o) {
+  std::vector<std::vector<int32_t>> out;
+  for (CalibrationSample& s : load_calibration_samples(file, tok, o, {})) out.push_back(std::move(s.tokens));
+  return out;
+}
+
+std::vector<CalibrationSample> load_calibration_samples(const std::filesystem::path& file, const Tokenizer& tok,
+                                                        const CalibrationOptions& o, const ImageSampleFn& image) {
   const std::string where = file.string();
   if (o.num_samples < 1) throw invalid_input(where, "num_samples must be at least 1");
   if (o.seq_len < 2) throw invalid_input(where, "seq_len must be at least 2");
@@ -23,35 +30,33 @@ std::vector<std::vector<int32_t>> load_calibration(const std::filesystem::path& 
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   };
-  std::vector<std::vector<int32_t>> out;
+  std::vector<CalibrationSample> out;
   const bool bos = tok.bos_id() >= 0;
   if (file.extension() == ".jsonl") {
-    std::vector<std::string> samples;
-    size_t b = 0, line_no = 0;
-    while (b < text.size()) {
-      size_t e = text.find('\n', b);
-      if (e == std::string::npos) e = text.size();
-      const std::string line = text.substr(b, e - b);
-      ++line_no;
-      b = e + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& ex) {
-        throw invalid_input(where + ":" + std::to_string(line_no), std::string("not valid JSON: ") + ex.what());
-      }
-      if (!j.is_object() || !j.contains(o.text_field) || !j[o.text_field].is_string())
-        throw invalid_input(where + ":" + std::to_string(line_no), "no string field '" + o.text_field + "'");
-      samples.push_back(j[o.text_field].get<std::string>());
-    }
-    for (size_t i = samples.size(); i > 1; --i) std::swap(samples[i - 1], samples[next() % i]);
-    for (const auto& s : samples) {
+    std::vector<rt::ImageTextRecord> records = rt::parse_image_text_records(text, file, o.text_field);
+    for (size_t i = records.size(); i > 1; --i) std::swap(records[i - 1], records[next() % i]);
+    for (const rt::ImageTextRecord& r : records) {
       if (static_cast<int64_t>(out.size()) >= o.num_samples) break;
-      std::vector<int32_t> ids = tok.encode(s, bos);
-      if (ids.size() < 2) continue;
-      if (static_cast<int64_t>(ids.size()) > o.seq_len) ids.resize(static_cast<size_t>(o.seq_len));
-      out.push_back(std::move(ids));
+      CalibrationSample s;
+      if (!r.image.empty()) {
+        if (!image)
+          throw invalid_input(r.where, "the record names an image, but the model is not a vision-language model");
+        rt::MultimodalSequence m = image(r.image, tok.encode(r.text, false));
+        const auto keep = static_cast<size_t>(std::max<int64_t>(o.seq_len, m.first_text + 1));
+        if (m.tokens.size() > keep) {
+          m.tokens.resize(keep);
+          if (!m.inputs.embed_row.empty()) m.inputs.embed_row.resize(keep);
+          if (!m.inputs.rope_pos.empty()) m.inputs.rope_pos.resize(3 * keep);
+        }
+        s.tokens = std::move(m.tokens);
+        s.inputs = std::move(m.inputs);
+        s.image = true;
+      } else {
+        s.tokens = tok.encode(r.text, bos);
+        if (static_cast<int64_t>(s.tokens.size()) > o.seq_len) s.tokens.resize(static_cast<size_t>(o.seq_len));
+      }
+      if (s.tokens.size() < 2) continue;
+      out.push_back(std::move(s));
     }
     if (out.empty()) throw invalid_input(where, "no record with at least 2 tokens");
     return out;
@@ -63,9 +68,10 @@ std::vector<std::vector<int32_t>> load_calibration(const std::filesystem::path& 
   const uint64_t span = static_cast<uint64_t>(ids.size()) - static_cast<uint64_t>(o.seq_len) + 1;
   for (int64_t i = 0; i < o.num_samples; ++i) {
     const int64_t s = static_cast<int64_t>(next() % span);
-    std::vector<int32_t> w(ids.begin() + s, ids.begin() + s + o.seq_len);
-    if (bos) w[0] = tok.bos_id();
-    out.push_back(std::move(w));
+    CalibrationSample c;
+    c.tokens.assign(ids.begin() + s, ids.begin() + s + o.seq_len);
+    if (bos) c.tokens[0] = tok.bos_id();
+    out.push_back(std::move(c));
   }
   return out;
 }

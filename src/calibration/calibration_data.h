@@ -17,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "core/text_input.h"
 #include "formats/tokenizer/tokenizer.h"
+#include "runtime/vision/multimodal_prompt.h"
 
 namespace qf {
 
@@ -32,5 +35,28 @@ struct CalibrationOptions {
 
 std::vector<std::vector<int32_t>> load_calibration(const std::filesystem::path& file, const Tokenizer& tok,
                                                    const CalibrationOptions& opts);
+
+// A sample of a vision-language model's calibration: its tokens and, for an
+// image record, the image's rows and positions (rt::image_text_sequence).
+struct CalibrationSample {
+  std::vector<int32_t> tokens;
+  rt::MultimodalInputs inputs;  // empty for a text sample
+  bool image = false;
+};
+// Makes an image record's sequence from the image's path and the text's
+// tokens (without BOS).
+using ImageSampleFn =
+    std::function<rt::MultimodalSequence(const std::filesystem::path& image, const std::vector<int32_t>& text)>;
+
+// load_calibration, where a jsonl record may also name an image:
+// {"image": PATH, "text": ...} (PATH relative to the jsonl's folder unless
+// absolute). Records are shuffled as load_calibration shuffles them (a file
+// of text records gives the same samples); an image record's text is
+// truncated so that the sample holds at most seq_len tokens, its image whole
+// (an image longer than seq_len keeps its image and one text token). Without
+// `image`, a record naming an image is InvalidInput naming the line.
+std::vector<CalibrationSample> load_calibration_samples(const std::filesystem::path& file, const Tokenizer& tok,
+                                                        const CalibrationOptions& opts, const ImageSampleFn& image);
+
 
 }  // namespace qf

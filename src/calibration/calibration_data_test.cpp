@@ -54,6 +54,58 @@ TEST(CalibrationData, JsonlRecordsAndErrors) {
 }
 
 // Calibration files are checked to be text (core/text_input.h) before they are tokenized.
+// Image records: the sequencer gets the resolved path and the text's tokens;
+// the image block is kept whole when the sample is cut to seq_len; text
+// records are those load_calibration gives.
+TEST(CalibrationData, ImageRecords) {
+  auto tok = load_tokenizer(fixture());
+  TempDir t;
+  write_file(t.path() / "d.jsonl",
+             "{\"image\": \"pics/a.png\", \"text\": \"A red circle on white paper, round and bright.\"}\n"
+             "{\"text\": \"The President said that the nation was at peace.\"}\n");
+  std::vector<std::filesystem::path> seen;
+  const ImageSampleFn image = [&](const std::filesystem::path& p, const std::vector<int32_t>& text) {
+    seen.push_back(p);
+    rt::MultimodalSequence m;
+    m.tokens.assign(5, 77);  // BOS-less stand-in image block of 5 tokens
+    m.inputs.embed_row = {0, 1, 2, 3, 4};
+    m.first_text = 5;
+    for (int32_t x : text) m.tokens.push_back(x), m.inputs.embed_row.push_back(-1);
+    return m;
+  };
+  CalibrationOptions o;
+  o.num_samples = 10;
+  o.seq_len = 8;
+  const auto s = load_calibration_samples(t.path() / "d.jsonl", *tok, o, image);
+  ASSERT_EQ(s.size(), 2u);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], t.path() / "pics/a.png");
+  write_file(t.path() / "t.jsonl", "{\"text\": \"The President said that the nation was at peace.\"}\n");
+  const auto text = load_calibration(t.path() / "t.jsonl", *tok, o);
+  for (const CalibrationSample& c : s) {
+    EXPECT_EQ(c.tokens.size(), 8u);
+    if (c.image) {
+      EXPECT_EQ(c.inputs.embed_row.size(), 8u);
+      EXPECT_EQ(c.tokens[0], 77);
+    } else {
+      EXPECT_EQ(c.tokens, text[0]);
+      EXPECT_TRUE(c.inputs.embed_row.empty());
+    }
+  }
+  // An image block longer than seq_len: kept whole with one text token.
+  o.seq_len = 3;
+  for (const CalibrationSample& c : load_calibration_samples(t.path() / "d.jsonl", *tok, o, image))
+    if (c.image) {
+      EXPECT_EQ(c.tokens.size(), 6u);
+    }
+  // A text model's calibration: an image record is an error naming its line.
+  EXPECT_QF_ERROR(load_calibration(t.path() / "d.jsonl", *tok, o), ErrorKind::InvalidInput,
+                  "d.jsonl:1: the record names an image, but the model is not a vision-language model");
+  write_file(t.path() / "e.jsonl", "{\"image\": 3, \"text\": \"x\"}\n");
+  EXPECT_QF_ERROR(load_calibration_samples(t.path() / "e.jsonl", *tok, o, image), ErrorKind::InvalidInput,
+                  "e.jsonl:1: 'image' must be the path of an image file");
+}
+
 TEST(CalibrationData, BinaryAndUtf16AreErrorsInvalidUtf8AWarning) {
   auto tok = load_tokenizer(fixture());
   TempDir t;

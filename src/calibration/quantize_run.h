@@ -67,6 +67,10 @@ struct QuantizeRun {
   uint64_t gptq_device_bytes = 0;  // the largest Linear's GPTQ on the device
   // data
   std::vector<std::vector<int32_t>> samples;
+  // A vision-language model's image records: per sample its image rows and
+  // positions (empty when every sample is text).
+  std::vector<rt::MultimodalInputs> multimodal;
+  int64_t image_samples = 0;
   std::filesystem::path calib_used;  // absolute, when calibration data was read
   uint64_t device_bytes = 0;         // what the run needs on the device, in all
   nlohmann::ordered_json memory;     // the host memory estimate (report "memory")

@@ -13,7 +13,23 @@ namespace {
 
 const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                               "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",
-                              "chat_template.jinja"};
+                              "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
+                              "processor_config.json", "video_preprocessor_config.json"};
+
+// A module's name as the checkpoint spells it ("lm_head" of a LLaVA
+// checkpoint is "language_model.lm_head").
+std::string stored_module(const TensorNaming& n, const std::string& module) {
+  std::string s = n.to_stored(module + ".");
+  s.pop_back();
+  return s;
+}
+
+// Whether a 2-D weight is a Linear's, not an embedding table's
+// (embed_tokens, a vision tower's position_embedding).
+bool linear_module(const std::string& module) {
+  const size_t dot = module.rfind('.');
+  return module.find("embed", dot == std::string::npos ? 0 : dot) == std::string::npos;
+}
 
 // The tensors of the model as it is now, for everything the pipeline does not
 // write as quantized: norms (SmoothQuant and AWQ rescale them), biases and
@@ -67,8 +83,8 @@ void export_stage(QuantizeRun& r) {
     const std::string suffix = ".weight";
     const bool is_weight = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     const std::string module = is_weight ? name.substr(0, name.size() - suffix.size()) : "";
-    if (is_weight && ck.info(name).shape.size() == 2 && name.find("embed_tokens") == std::string::npos &&
-        name != "lm_head.weight" && !quantized.count(module))
+    if (is_weight && ck.info(name).shape.size() == 2 && linear_module(module) && name != "lm_head.weight" &&
+        !quantized.count(module))
       ignore.push_back(module);
     if (r.written.count(name)) continue;
     const Tensor t = ck.tensor(name);
@@ -81,6 +97,14 @@ void export_stage(QuantizeRun& r) {
   const fs::path out = r.stage->path();
   nlohmann::ordered_json config = cfg.raw;
   ExportConfig ec = r.plan.export_config;
+  // Module names as the checkpoint spells them (a vision-language model's
+  // language model may live under "model.language_model." or
+  // "language_model.model.").
+  const TensorNaming& naming = ck.naming();
+  for (std::string& m : ignore) m = stored_module(naming, m);
+  for (ExportGroup& g : ec.groups)
+    for (std::string& t : g.targets)
+      if (t.compare(0, 6, "model.") == 0 || t == "lm_head") t = stored_module(naming, t);
   ec.ignore = ignore;
   format.write_config(ec, config, out);
   write_file_atomic(out / "config.json", config.dump(2) + "\n");

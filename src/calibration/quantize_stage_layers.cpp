@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "calibration/quantize_run.h"
+#include "formats/hf/model_tensors.h"
 #include "calibration/sequential.h"
 #include "calibration/smoothing.h"
 #include "core/error.h"
@@ -52,6 +53,13 @@ nlohmann::ordered_json resume_fingerprint(const QuantizeRun& r) {
   // By content: the Python module's list of samples lives in a new temporary file each call.
   fp["calibration"] = r.calib_used.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(sha256_file_hex(r.calib_used));
   fp["allow_nonfinite"] = r.job.allow_nonfinite;
+  // Image records: the image files the rows came from may change on their own.
+  if (r.image_samples > 0) {
+    std::string rows;
+    for (const rt::MultimodalInputs& m : r.multimodal)
+      if (m.embeds) rows.append(reinterpret_cast<const char*>(m.embeds->data()), m.embeds->size() * sizeof(float));
+    fp["image_rows"] = sha256_hex(rows);
+  }
   return fp;
 }
 
@@ -100,7 +108,7 @@ std::optional<QuantizedLinearResult> quantize_linear(QuantizeRun& r, const Linea
 void smooth_layer(QuantizeRun& r, int64_t li, const std::vector<std::vector<int32_t>>& s,
                   const std::function<std::vector<float>(size_t)>& input) {
   const QuantizePlan& plan = r.plan;
-  LayerCalib lc{&s, input};
+  LayerCalib lc{&s, input, r.image_samples > 0 ? &r.multimodal : nullptr};
   if (plan.smoothquant) {
     SmoothQuantOptions o = *plan.smoothquant;
     o.device = r.job.device;
@@ -174,6 +182,8 @@ void layers_stage(QuantizeRun& r) {
   const QuantizeJob& job = r.job;
   r.stage = std::make_unique<StagingDir>(job.out);
   r.writer = std::make_unique<SafetensorsWriter>(r.stage->path(), "model", r.recipe.export_.max_shard_bytes);
+  // The output keeps the source's spelling of a vision-language model's parts.
+  r.writer->set_naming(hf_tensor_naming(r.cfg, Checkpoint::open(r.rm.dir).names()));
 
   SequentialOptions so;
   so.device = job.device;
@@ -209,6 +219,7 @@ void layers_stage(QuantizeRun& r) {
   };
   r.log(r.memory_line);  // once the output is ours (the state's lock is held)
   const QuantizeFn quantize = [&](const LinearToQuantize& in) { return quantize_linear(r, in); };
+  if (r.image_samples > 0) so.multimodal = &r.multimodal;
   run_sequential(*r.model, r.samples, quantize, r.pool, [&](int64_t li, std::vector<QuantizedLinearResult>& done, double secs) {
     export_layer(r, li, done, secs, false);
     state.save_layer(r.cfg, li, r.model->weights().layers[static_cast<size_t>(li)], std::move(done), secs,

@@ -95,7 +95,24 @@ void data_stage(QuantizeRun& r) {
     const fs::path calib = calibration_path(r);
     if (calib.empty())
       throw Error(ErrorKind::Usage, r.plan.calibration_reason + " needs calibration data: give --calib FILE or calibration.dataset in the recipe");
-    r.samples = load_calibration(calib, *r.tok, calibration_options(r));
+    if (r.cfg.vlm && rt::jsonl_names_images(calib)) {
+      // Image records: each image through the vision side, its rows into the
+      // language model's input where its tokens are.
+      if (job.device != device::Kind::Cpu)
+        throw unsupported(calib.string(), "image calibration records run on the CPU only (--device cpu)");
+      const int32_t bos = r.tok->bos_id();
+      const rt::ImageSequencer seq =
+          rt::make_image_sequencer(*r.model, r.rm.dir, bos >= 0 ? std::optional<int32_t>(bos) : std::nullopt);
+      for (CalibrationSample& s : load_calibration_samples(calib, *r.tok, calibration_options(r), seq)) {
+        r.samples.push_back(std::move(s.tokens));
+        r.image_samples += s.image ? 1 : 0;
+        r.multimodal.push_back(std::move(s.inputs));
+      }
+      r.log("calibration: " + std::to_string(r.samples.size()) + " samples, " + std::to_string(r.image_samples) +
+            " with an image");
+    } else {
+      r.samples = load_calibration(calib, *r.tok, calibration_options(r));
+    }
     r.calib_used = fs::absolute(calib).lexically_normal();
   }
   r.sum.format = r.plan.format->name();

@@ -93,6 +93,7 @@ void report_stage(QuantizeRun& r) {
            {"seq_len", r.recipe.calibration.seq_len},
            {"seed", r.recipe.calibration.seed},
            {"samples", sum.samples},
+           {"image_samples", r.image_samples},
            {"tokens", sum.tokens}};
   report["calibration"] = cal;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();

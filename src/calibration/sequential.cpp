@@ -172,7 +172,8 @@ double layer_flops(const rt::Model& model, int64_t li, const std::vector<std::ve
 // Layer li over every sample, one sample at a time, through one cache whose
 // blocks each sample reuses; its Linears in bf16 while it runs when `bf16`.
 void run_layer(rt::Model& model, int64_t li, const std::vector<std::vector<int32_t>>& samples, ActivationStore& hidden,
-               ThreadPool& pool, rt::LinearObserver* obs, bool write_back, bool bf16) {
+               ThreadPool& pool, rt::LinearObserver* obs, bool write_back, bool bf16,
+               const std::vector<rt::MultimodalInputs>* mm) {
   const Bf16Layer in_bf16(model, li, bf16);
   int64_t longest = 1;
   for (const auto& sm : samples) longest = std::max(longest, static_cast<int64_t>(sm.size()));
@@ -181,7 +182,7 @@ void run_layer(rt::Model& model, int64_t li, const std::vector<std::vector<int32
     const int64_t n = static_cast<int64_t>(samples[s].size());
     rt::Batch b;
     const int32_t seq = cache.add_sequence();
-    for (int64_t j = 0; j < n; ++j) b.add(samples[s][static_cast<size_t>(j)], seq, j, false);
+    rt::add_sequence(b, samples[s], seq, mm ? &(*mm)[s] : nullptr);
     cache.reserve(seq, n);
     std::vector<float> x = hidden.load(s);
     model.forward_layer(li, b, x.data(), cache, pool, obs);
@@ -362,6 +363,11 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
                                             const SequentialOptions& opts) {
   const ModelConfig& c = model.config();
   if (samples.empty()) throw invalid_input("calibration", "no calibration samples");
+  if (opts.multimodal && opts.multimodal->size() != samples.size())
+    throw Error(ErrorKind::Internal, "run_sequential: multimodal inputs for " + std::to_string(opts.multimodal->size()) +
+                                         " of " + std::to_string(samples.size()) + " samples");
+  if (opts.multimodal && opts.device != device::Kind::Cpu)
+    throw unsupported("calibration", "image calibration samples run on the CPU only (--device cpu)");
   std::vector<size_t> sizes;
   for (const auto& sm : samples) sizes.push_back(sm.size() * static_cast<size_t>(c.hidden_size));
   ActivationStore hidden(sizes, opts.max_memory_bytes, opts.spill_beside);
@@ -386,7 +392,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
     rt::Batch b;
     rt::KvCache cache = model.make_cache(rt::KvDType::F16, static_cast<int64_t>(samples[s].size()));
     const int32_t seq = cache.add_sequence();
-    for (size_t j = 0; j < samples[s].size(); ++j) b.add(samples[s][j], seq, static_cast<int64_t>(j), false);
+    rt::add_sequence(b, samples[s], seq, opts.multimodal ? &(*opts.multimodal)[s] : nullptr);
     model.check_batch(b, cache);
     std::vector<float> x(sizes[s]);
     model.embed(b, x.data());
@@ -403,7 +409,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       opts.restore(li);
       const auto tr = std::chrono::steady_clock::now();
       if (dev) dev->load(li), run_layer_on(*dev, resident, samples, hidden, true);
-      else run_layer(model, li, samples, hidden, pool, nullptr, true, opts.bf16);
+      else run_layer(model, li, samples, hidden, pool, nullptr, true, opts.bf16, opts.multimodal);
       if (times) times->restore.add(seconds_since(tr), fwd_flops);
       if (opts.release_done_layers) release_layer(model, li);
       continue;
@@ -442,7 +448,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
         dev->begin_capture(rt::LayerCapture{});  // frees the device's Hessians before the solves
         dev->end_capture();
       } else {
-        run_layer(model, li, samples, hidden, pool, obs.get(), false, opts.bf16);
+        run_layer(model, li, samples, hidden, pool, obs.get(), false, opts.bf16, opts.multimodal);
         obs->finish();
       }
       if (times) times->forward.add(seconds_since(tc) - (times->hessian.seconds - h0), fwd_flops);
@@ -561,7 +567,7 @@ void run_sequential(rt::Model& model, const std::vector<std::vector<int32_t>>& s
       if (opts.kv_amax) opts.kv_amax->push_back(dev->kv_amax());
     } else {
       KvObserver kv;
-      run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true, opts.bf16);
+      run_layer(model, li, samples, hidden, pool, opts.kv_amax ? &kv : nullptr, true, opts.bf16, opts.multimodal);
       if (opts.kv_amax) opts.kv_amax->emplace_back(kv.k_amax, kv.v_amax);
     }
     if (times) times->propagate.add(seconds_since(tp), fwd_flops);

@@ -137,6 +137,10 @@ struct SequentialOptions {
   // over the layers (calibration/pipeline_times.h). On a device the
   // Hessians are summed inside the capture pass and count as forward.
   PipelineTimes* times = nullptr;
+  // Multimodal samples (image calibration of a vision-language model): per
+  // sample, its image rows and rotary positions (an entry without inputs is
+  // a text sample). nullptr: every sample is text. CPU only.
+  const std::vector<rt::MultimodalInputs>* multimodal = nullptr;
 };
 
 // Whether the pipeline keeps the calibration set's hidden states (`bytes`

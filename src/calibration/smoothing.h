@@ -27,6 +27,8 @@ namespace qf {
 struct LayerCalib {
   const std::vector<std::vector<int32_t>>* samples = nullptr;  // token ids of each sequence (positions 0..len-1)
   std::function<std::vector<float>(size_t sample)> input;      // hidden states entering the layer, [len, hidden]
+  // Per sample, its multimodal rotary positions (image calibration); nullptr: text.
+  const std::vector<rt::MultimodalInputs>* multimodal = nullptr;
 };
 
 // Pseudo-quantizes a weight the way the following quantizer will (dequantized

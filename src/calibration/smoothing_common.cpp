@@ -83,7 +83,7 @@ CalibSet make_calib_set(const rt::Model& model, const LayerCalib& calib) {
     rt::Batch& b = cs.batches.back();
     int32_t seq = 0;
     if (!b.seq.empty()) seq = b.seq.back() + 1;
-    for (int64_t j = 0; j < len; ++j) b.add(toks[static_cast<size_t>(j)], seq, j, false);
+    rt::add_sequence(b, toks, seq, calib.multimodal ? &(*calib.multimodal)[s] : nullptr);
     std::vector<float> xi = calib.input(s);
     if (static_cast<int64_t>(xi.size()) != len * h)
       throw invalid_input("smoothing", "layer input of sample " + std::to_string(s) + " has " +

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "formats/hf/model_config.h"
+#include "formats/hf/model_tensors.h"
 
 namespace qf {
 namespace {
@@ -105,8 +106,9 @@ std::shared_ptr<const Checkpoint::Overlay> lora_merge_overlay(std::vector<LoraAd
 Checkpoint open_checkpoint_with_loras(const std::filesystem::path& dir, const std::vector<LoraSpec>& specs,
                                       FileResidency residency) {
   Checkpoint ck = Checkpoint::open(dir, residency);
-  if (specs.empty()) return ck;
   const ModelConfig c = load_model_config(dir);
+  apply_hf_tensor_naming(c, ck);
+  if (specs.empty()) return ck;
   if (c.quantization_config)
     throw unsupported((dir / "config.json").string(),
                       "a LoRA adapter is merged into an unquantized base (f32/f16/bf16); this checkpoint is "

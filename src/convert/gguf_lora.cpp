@@ -55,7 +55,8 @@ GgufLoraResult write_gguf_lora(const LoraSpec& spec, const std::filesystem::path
   if (c.quantization_config)
     throw unsupported((base_dir / "config.json").string(), "the base of a GGUF adapter is the unquantized model");
   const std::string arch = gguf_arch(c, (base_dir / "config.json").string());
-  const Checkpoint ck = Checkpoint::open(base_dir);
+  Checkpoint ck = Checkpoint::open(base_dir);
+  apply_hf_tensor_naming(c, ck);
   const LoraAdapter a = read_peft_adapter(spec, c, ck);
   const uint32_t gtype = ggml_type_of(type, out.string());
   if (a.dora)

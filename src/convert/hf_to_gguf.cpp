@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "checkpoint/lora_merge.h"
+#include "convert/gguf_mmproj.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "formats/gguf/gguf.h"
@@ -23,6 +24,7 @@
 namespace qf {
 
 std::string gguf_arch(const ModelConfig& c, const std::string& where) {
+  if (c.vlm && (c.vlm->model_type == "qwen2_vl" || c.vlm->model_type == "qwen2_5_vl")) return "qwen2vl";
   // llama.cpp runs Mixtral as llama with experts.
   if (c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "mixtral") return "llama";
   if (c.model_type == "qwen2") return "qwen2";
@@ -119,6 +121,7 @@ GgufLayout gguf_layout(const ModelConfig& c, const Checkpoint& ck, const std::st
   auto& descs = l.descs;
   for (const std::string& name : ck.names()) {
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (c.vlm && is_vision_tensor(name)) continue;  // the mmproj's (convert/gguf_mmproj.h)
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
     const GgufExpertSlab slab = gguf_expert_slab(name);
     const std::string g = slab.name.empty() ? gguf_tensor_name(name) : slab.name;
@@ -163,6 +166,21 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
       throw unsupported(where, "layer " + std::to_string(li) + " is dense (mlp_only_layers / decoder_sparse_step) in a mixture-of-experts "
                                "model; llama.cpp's " + c.model_type + " architecture has sparse layers only");
   const std::string arch = gguf_arch(c, where);
+  // A vision-language model's encoder goes to an mmproj file beside the
+  // language model's, unless no_mmproj; a text model has none.
+  const bool with_mmproj = c.vlm && !opts.no_mmproj;
+  if (!c.vlm && (opts.no_mmproj || !opts.mmproj.empty()))
+    throw invalid_input(where, "is a text model (model_type '" + c.model_type + "'); an mmproj file (--mmproj, --no-mmproj) "
+                               "belongs to vision-language models (qwen2_vl, llava, llava_next)");
+  if (c.vlm && opts.no_mmproj && !opts.mmproj.empty())
+    throw invalid_input(where, "--mmproj names a file that --no-mmproj says not to write");
+  if (with_mmproj && c.vlm->model_type == "qwen2_5_vl")
+    throw unsupported(where, "llama.cpp b4748 has no Qwen2.5-VL vision encoder for an mmproj file; convert the language model "
+                             "alone with --no-mmproj");
+  const std::filesystem::path mmproj_path = !with_mmproj ? std::filesystem::path() : opts.mmproj.empty() ? default_mmproj_path(out) : opts.mmproj;
+  std::error_code ec1, ec2;
+  if (with_mmproj && std::filesystem::weakly_canonical(mmproj_path, ec1) == std::filesystem::weakly_canonical(out, ec2) && !ec1 && !ec2)
+    throw invalid_input(mmproj_path.string(), "the mmproj file and the language model's file must differ");
   // llama.cpp renormalises the top-k routing weights for llama (Mixtral) and
   // qwen3moe and never for qwen2moe; the file has no key to say otherwise.
   if (c.is_moe() && c.norm_topk_prob != (arch != "qwen2moe"))
@@ -175,6 +193,15 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   // The runtime loader's own checks of the tensors against the config, before
   // anything is written: a file its runtime would refuse is never produced.
   check_hf_checkpoint(c, ck, true, where, (dir / "config.json").string());
+  // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/
+  // snapshots/COMMIT) the repo's NAME rather than the commit hash.
+  const std::filesystem::path folder = dir.filename().empty() ? dir.parent_path() : dir;
+  std::string name = folder.filename().string();
+  const std::string repo = folder.parent_path().parent_path().filename().string();
+  if (folder.parent_path().filename() == "snapshots" && repo.rfind("models--", 0) == 0 && repo.rfind("--") > 7)
+    name = repo.substr(repo.rfind("--") + 2);
+  MmprojSpec mmproj;
+  if (with_mmproj) mmproj = plan_mmproj(c, ck, dir, name);
   Imatrix imatrix;
   const bool has_imatrix = !opts.imatrix.empty() || opts.imatrix_data;
   if (opts.imatrix_data) imatrix = *opts.imatrix_data;
@@ -187,14 +214,12 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   gguf_mix::ModelDesc md{arch, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.num_experts};
   const std::vector<gguf_mix::TensorPlan> plans = gguf_mix::plan(preset, md, descs, has_imatrix, opts.overrides);
 
+  // The mmproj is streamed first, under a temporary name: a folder it cannot
+  // be written to fails before the language model's file is begun. Both are
+  // renamed into place at the end.
+  std::unique_ptr<GgufWriter> mmproj_writer;
+  if (with_mmproj) mmproj_writer = write_mmproj(mmproj, ck, mmproj_path, opts.allow_nonfinite, where);
   GgufWriter w(out);
-  // The folder's name; for a Hugging Face cache snapshot (models--ORG--NAME/
-  // snapshots/COMMIT) the repo's NAME rather than the commit hash.
-  const std::filesystem::path folder = dir.filename().empty() ? dir.parent_path() : dir;
-  std::string name = folder.filename().string();
-  const std::string repo = folder.parent_path().parent_path().filename().string();
-  if (folder.parent_path().filename() == "snapshots" && repo.rfind("models--", 0) == 0 && repo.rfind("--") > 7)
-    name = repo.substr(repo.rfind("--") + 2);
   w.add_string("general.architecture", arch);
   w.add_string("general.name", name);
   auto key = [&](const std::string& k) { return arch + "." + k; };
@@ -220,6 +245,14 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
   if (arch == "llama") {
     w.add_u32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
     w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.head_dim));
+  }
+  if (arch == "qwen2vl") {
+    // The rotary frequencies of the temporal, height and width positions,
+    // padded to llama.cpp's four sections; for text all positions are equal
+    // and the rotation is NEOX RoPE.
+    std::vector<int32_t> sections(c.vlm->mrope_section.begin(), c.vlm->mrope_section.end());
+    sections.resize(4, 0);
+    w.add_i32_array(key("rope.dimension_sections"), sections);
   }
   std::vector<float> rope_freqs;
   if (c.rope_scaling && c.rope_scaling->type != "default") {
@@ -352,7 +385,18 @@ GgufConvertResult convert_hf_to_gguf(const std::filesystem::path& dir, const std
     progress.add();
   }
   progress.finish();
-  res.path = w.finish();
+  if (mmproj_writer) {
+    res.mmproj_path = mmproj_writer->finish();
+    res.mmproj_bytes = std::filesystem::file_size(res.mmproj_path);
+  }
+  try {
+    res.path = w.finish();
+  } catch (...) {
+    // Both files or neither.
+    std::error_code ec;
+    if (!res.mmproj_path.empty()) std::filesystem::remove(res.mmproj_path, ec);
+    throw;
+  }
   res.output_bytes = std::filesystem::file_size(res.path);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

@@ -3,7 +3,10 @@
 // keys, the q/k row permutation of the llama architecture, and per-tensor
 // types from a preset's mixing rules (quantizers/gguf_mix.h), quantized with
 // the reference block algorithms (quantizers/kquants.h), optionally weighted
-// by an importance matrix.
+// by an importance matrix. A vision-language model becomes two files: its
+// language model (Qwen2-VL as llama.cpp's "qwen2vl" architecture, LLaVA as
+// its text model's) and its vision encoder + projector as a CLIP "mmproj"
+// GGUF (convert/gguf_mmproj.h) that stays f16/f32 whatever the preset.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,11 @@ struct GgufConvertOptions {
   gguf_mix::TypeOverrides overrides;
   // LoRA adapters merged into the model before conversion (checkpoint/lora_merge.h).
   std::vector<LoraSpec> loras;
+  // A vision-language model: where its mmproj GGUF goes (empty: beside the
+  // output, default_mmproj_path), or none at all (no_mmproj: the language
+  // model alone). Either set for a text model is InvalidInput.
+  std::filesystem::path mmproj;
+  bool no_mmproj = false;
 };
 
 struct GgufConvertResult {
@@ -45,6 +53,8 @@ struct GgufConvertResult {
   uint64_t parameters = 0;    // elements of the 2-D weights
   double seconds = 0;
   std::vector<std::pair<std::string, uint32_t>> types;  // tensor -> ggml type, in file order
+  std::filesystem::path mmproj_path;  // the mmproj GGUF written beside it (empty: none)
+  uint64_t mmproj_bytes = 0;
 };
 
 // The GGUF name of a Hugging Face tensor ("" when it has none; routed
@@ -71,12 +81,14 @@ int64_t permuted_qk_source(int64_t r, int64_t heads, int64_t rows);
 int64_t permuted_qk_heads(const ModelConfig& c, const std::string& arch, const std::string& gguf_name);
 
 // llama.cpp's general.architecture for a config ("llama" for llama, mistral
-// and mixtral; "qwen2", "qwen3", "qwen2moe", "qwen3moe"); Unsupported naming
-// `where` otherwise.
+// and mixtral; "qwen2", "qwen3", "qwen2moe", "qwen3moe"; "qwen2vl" for the
+// language model of qwen2_vl and qwen2_5_vl, which takes multimodal RoPE
+// positions; a LLaVA model's text architecture); Unsupported naming `where`
+// otherwise.
 std::string gguf_arch(const ModelConfig& c, const std::string& where);
 
-// The GGUF tensors a Hugging Face checkpoint becomes: each GGUF name's source
-// tensors (one, or every expert's slab of a stacked tensor in expert order),
+// The GGUF tensors a Hugging Face checkpoint becomes (a vision-language
+// model's language model only): each GGUF name's source tensors (one, or every expert's slab of a stacked tensor in expert order),
 // its ne (ggml order; stacked: [cols, rows, experts]) and the descriptions
 // gguf_mix plans from. Throws naming `where` for tensors without a GGUF
 // counterpart, non-float tensors and missing or misshapen experts.

@@ -121,7 +121,18 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   }
   int64_t max_ctx = model->max_context();
   if (base && base->max_context() > 0) max_ctx = max_ctx > 0 ? std::min(max_ctx, base->max_context()) : base->max_context();
-  const std::vector<Span> spans = make_spans(*tok, text, p, max_ctx, req.text);
+  // A vision-language model's image-and-text records: KL and perplexity
+  // over the text given the image.
+  const bool images = rt::jsonl_names_images(req.text);
+  if (images && !model->config().vlm)
+    throw invalid_input(req.text, "the records name images, but " + req.model + " is not a vision-language model");
+  const std::vector<Span> spans =
+      images ? image_text_spans(req.text, *tok,
+                                rt::make_image_sequencer(*model, model->source(),
+                                                         tok->bos_id() >= 0 ? std::optional<int32_t>(tok->bos_id())
+                                                                            : std::nullopt),
+                                max_ctx, p)
+             : make_spans(*tok, text, p, max_ctx, req.text);
   if (!req.kv_calibration.empty()) {
     PplOptions cp = p;
     cp.max_spans = 4;
@@ -131,6 +142,7 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   EvalRun run;
   const rt::Model* reference = same ? model.get() : base.get();
   run.result = evaluate(*model, reference, spans, p, pool, progress);
+  if (images) run.result.mode = "image-text records";
   run.result.nonfinite_weight = rt::find_nonfinite_weight(*model, pool);
   if (reference) run.result.base_nonfinite_weight = same ? run.result.nonfinite_weight : rt::find_nonfinite_weight(*base, pool);
   run.failures = check_gate(req.gate, run.result);

@@ -121,6 +121,7 @@ bool all_finite(const float* x, int64_t n) {
 double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const rt::KvFormat& kv,
                 const std::vector<std::pair<float, float>>& calib, ThreadPool& pool, std::vector<float>& logits,
                 uint64_t* kv_bytes_per_token) {
+  if (dev && s.mm) throw unsupported("eval", "image-and-text records run on the CPU only (--device cpu)");
   if (dev) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     std::vector<uint8_t> want(static_cast<size_t>(n));
@@ -136,7 +137,7 @@ double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const
   const int32_t seq = cache.add_sequence();
   rt::Batch b;
   const int64_t n = static_cast<int64_t>(s.tokens.size());
-  for (int64_t j = 0; j < n; ++j) b.add(s.tokens[static_cast<size_t>(j)], seq, j, j >= s.first_scored && j + 1 < n);
+  rt::add_sequence(b, s.tokens, seq, s.mm.get(), s.first_scored, n - 1);
   auto t0 = std::chrono::steady_clock::now();
   m.forward(b, cache, logits, pool);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "device/device.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
+#include "runtime/vision/multimodal_prompt.h"
 
 namespace qf::eval {
 
@@ -57,10 +59,22 @@ struct PplOptions {
 struct Span {
   std::vector<int32_t> tokens;
   int64_t first_scored = 0;
+  // An image-and-text record's image rows and positions (nullptr: text).
+  std::shared_ptr<const rt::MultimodalInputs> mm = nullptr;
   int64_t scored() const { return static_cast<int64_t>(tokens.size()) - 1 - first_scored; }
 };
 
 int64_t default_ctx(PplMode m);
+
+// The spans of a jsonl file of a vision-language model's records: one per
+// record, {"image": PATH, "text": ...} (PATH relative to the file's folder)
+// laid out by `image` and scored on the text tokens after the image (the
+// first prediction is the first text token's), or {"text": ...} with BOS
+// (when the vocabulary has one) scored from the first token. InvalidInput
+// naming FILE:LINE for a record without text or a span longer than
+// max_context (> 0); when no record scores a token.
+std::vector<Span> image_text_spans(const std::filesystem::path& file, const Tokenizer& tok,
+                                   const rt::ImageSequencer& image, int64_t max_context, const PplOptions& o);
 
 // Cuts the text into spans. Spans that would score no token (a chunk of 2 or
 // 3 tokens scores only its second half) are left out. Throws InvalidInput

@@ -8,7 +8,7 @@ namespace {
 
 rt::Batch span_batch(const Span& s, int32_t seq) {
   rt::Batch b;
-  for (size_t i = 0; i < s.tokens.size(); ++i) b.add(s.tokens[i], seq, static_cast<int64_t>(i), true);
+  rt::add_sequence(b, s.tokens, seq, s.mm.get(), 0, static_cast<int64_t>(s.tokens.size()));
   return b;
 }
 

@@ -24,6 +24,7 @@
 
 #include "core/io.h"
 #include "core/tensor.h"
+#include "formats/tensor_naming.h"
 
 namespace qf {
 
@@ -93,7 +94,16 @@ class Checkpoint {
   // The tensor as the files store it, whatever the overlay.
   Tensor stored_tensor(const std::string& name) const;
 
+  // Presents the tensors under their working names (formats/tensor_naming.h):
+  // names(), info(), contains() and tensor() take and give working names,
+  // TensorInfo::name stays the stored one. InvalidInput when two stored names
+  // would get one working name. Set before anything reads through the
+  // checkpoint (an overlay's names are working names).
+  void set_naming(TensorNaming naming);
+  const TensorNaming& naming() const { return naming_; }
+
  private:
+  TensorNaming naming_;
   std::shared_ptr<const Overlay> overlay_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::pair<size_t, size_t>> where_;  // name -> (file, tensor index)
@@ -115,6 +125,8 @@ class SafetensorsWriter {
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
   void set_metadata(std::map<std::string, std::string> metadata);  // "__metadata__" of every shard
+  // Tensors added later are stored under naming.to_stored(name).
+  void set_naming(TensorNaming naming);
   void add(const std::string& name, const Tensor& tensor);          // duplicate name -> error
   void add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t nbytes);
   // Writes headers, renames shards into place, writes the index when sharded.

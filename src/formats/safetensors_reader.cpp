@@ -407,6 +407,23 @@ Tensor Checkpoint::stored_tensor(const std::string& name) const {
   return files_[where_.at(name).first].tensor(t.name);
 }
 
+void Checkpoint::set_naming(TensorNaming naming) {
+  std::map<std::string, std::pair<size_t, size_t>> renamed;
+  for (const auto& [stored, at] : where_) {
+    const std::string working = naming.to_working(stored);
+    if (!renamed.emplace(working, at).second) {
+      std::string where = index_path_.empty() && !files_.empty() ? files_[0].path().string() : index_path_.string();
+      throw invalid_input(where, "tensors " + squote(stored) + " and " +
+                                     squote(files_[renamed[working].first].tensors()[renamed[working].second].name) +
+                                     " are the same tensor " + squote(working) + " under two namings");
+    }
+  }
+  where_ = std::move(renamed);
+  names_.clear();
+  for (const auto& [name, _] : where_) names_.push_back(name);
+  naming_ = std::move(naming);
+}
+
 const std::map<std::string, std::string>& Checkpoint::metadata() const {
   static const std::map<std::string, std::string> kEmpty;
   return files_.empty() ? kEmpty : files_[0].metadata();

@@ -121,6 +121,7 @@ struct SafetensorsWriter::Impl {
   std::map<std::string, std::string> metadata;
   std::vector<std::unique_ptr<ShardData>> shards;
   std::set<std::string> names;
+  TensorNaming naming;
   bool finished = false;
   bool broken = false;  // a failed write left a shard's data inconsistent
 
@@ -227,7 +228,14 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& tensor) {
   add(name, tensor.dtype(), tensor.shape(), tensor.data(), tensor.nbytes());
 }
 
-void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t nbytes) {
+void SafetensorsWriter::set_naming(TensorNaming naming) {
+  impl_->check_usable();
+  impl_->naming = std::move(naming);
+}
+
+void SafetensorsWriter::add(const std::string& working_name, DType dtype, const Shape& shape, const void* data,
+                            size_t nbytes) {
+  const std::string name = impl_->naming.to_stored(working_name);
   impl_->check_usable();
   impl_->check_tensor(name, dtype, shape, data, nbytes);
   impl_->broken = true;

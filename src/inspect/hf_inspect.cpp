@@ -9,6 +9,7 @@
 #include "core/io.h"
 #include "checkpoint/checkpoint_format.h"
 #include "formats/hf/model_config.h"
+#include "formats/hf/model_tensors.h"
 #include "formats/hf/resolve.h"
 #include "formats/safetensors.h"
 
@@ -85,10 +86,14 @@ json inspect_model(const std::string& model, const std::string& revision) {
   ResolvedModel rm = resolve_model(model, revision);
   ModelConfig cfg = load_model_config(rm.dir);
   Checkpoint ck = Checkpoint::open(rm.dir);
+  apply_hf_tensor_naming(cfg, ck);
 
   static const std::regex layer_re(R"(^(?:model\.)?layers\.(\d+)\.)");
   std::map<int64_t, json> layers;
   json other = json::array();
+  // A vision-language model's vision tower and projector, apart.
+  json parts = {{"vision_tower", {{"parameters", 0}, {"bytes", 0}, {"tensors", json::array()}}},
+                {"projector", {{"parameters", 0}, {"bytes", 0}, {"tensors", json::array()}}}};
   std::map<std::string, int64_t> dtypes;
   int64_t params = 0;
   for (const auto& name : ck.names()) {
@@ -102,7 +107,14 @@ json inspect_model(const std::string& model, const std::string& revision) {
       const std::string digits = m[1].str();
       if (std::from_chars(digits.data(), digits.data() + digits.size(), idx).ec != std::errc()) idx = -1;
     }
-    if (idx >= 0) {
+    if (cfg.vlm && is_vision_tensor(name)) {
+      const bool projector = name.rfind("visual.merger.", 0) == 0 || name.rfind("multi_modal_projector.", 0) == 0 ||
+                             name.rfind("image_newline", 0) == 0;
+      json& p = parts[projector ? "projector" : "vision_tower"];
+      p["bytes"] = p["bytes"].get<uint64_t>() + t.nbytes();
+      p["parameters"] = p["parameters"].get<int64_t>() + n;
+      p["tensors"].push_back(tensor_json(t));
+    } else if (idx >= 0) {
       json& l = layers[idx];
       if (l.is_null()) l = {{"index", idx}, {"bytes", 0}, {"parameters", 0}, {"tensors", json::array()}};
       l["bytes"] = l["bytes"].get<uint64_t>() + t.nbytes();
@@ -121,9 +133,22 @@ json inspect_model(const std::string& model, const std::string& revision) {
   for (const char* f : kTokenizerFiles)
     if (path_exists(rm.dir / f)) tok.push_back(f);
 
+  json vlm = nullptr;
+  if (cfg.vlm) {
+    const int64_t vision = parts["vision_tower"]["parameters"].get<int64_t>() + parts["projector"]["parameters"].get<int64_t>();
+    vlm = {{"model_type", cfg.vlm->model_type},
+           {"vision_config", cfg.vlm->vision},
+           {"image_token_id", cfg.vlm->image_token_id},
+           {"mrope_section", cfg.vlm->mrope_section},
+           {"tensor_naming", ck.naming().identity() ? "as stored" : "renamed"},
+           {"vision_tower", parts["vision_tower"]},
+           {"projector", parts["projector"]},
+           {"language_model", {{"model_type", cfg.model_type}, {"parameters", params - vision}}}};
+  }
   return {{"path", rm.dir.string()},
+          {"vision_language", vlm},
           {"source", {{"kind", rm.kind}, {"repo_id", rm.repo_id}, {"commit", rm.commit}}},
-          {"architecture", cfg.model_type},
+          {"architecture", cfg.vlm ? cfg.vlm->model_type : cfg.model_type},
           {"architectures", cfg.architectures},
           {"config", config_summary(cfg)},
           {"parameters", params},
@@ -192,6 +217,23 @@ std::string format_inspect_report(const json& info) {
   for (const auto& t : info["tokenizer_files"]) tok += (tok.empty() ? "" : ", ") + t.get<std::string>();
   line("tokenizer:    " + (tok.empty() ? std::string("none found") : tok));
   line("quantization: " + (info["quantization_config"].is_null() ? std::string("none") : quantization_summary(info["quantization_config"])));
+  const json& vl = info.value("vision_language", json(nullptr));
+  if (!vl.is_null()) {
+    const json& vc = vl["vision_config"];
+    auto num = [&](std::initializer_list<const char*> keys) {
+      for (const char* k : keys)
+        if (vc.contains(k) && vc[k].is_number()) return std::to_string(vc[k].get<long long>());
+      return std::string("?");
+    };
+    line("vision:       " + vl["model_type"].get<std::string>() + ": vision tower " +
+         human_count(vl["vision_tower"]["parameters"].get<double>()) + " params (" +
+         num({"depth", "num_hidden_layers"}) + " blocks, width " + num({"embed_dim", "hidden_size"}) + ", patch " +
+         num({"patch_size"}) + "), projector " + human_count(vl["projector"]["parameters"].get<double>()) +
+         " params, language model " + vl["language_model"]["model_type"].get<std::string>() + " " +
+         human_count(vl["language_model"]["parameters"].get<double>()) + " params; image token " +
+         std::to_string(vl["image_token_id"].get<long long>()) +
+         (vl["mrope_section"].empty() ? std::string() : "; multimodal RoPE sections " + vl["mrope_section"].dump()));
+  }
   line("");
   auto table = [&](const std::string& title, const json& tensors) {
     line(title);
@@ -211,6 +253,14 @@ std::string format_inspect_report(const json& info) {
               " params, " + human_bytes(l["bytes"].get<double>()) + ")",
           l["tensors"]);
   if (!info["other_tensors"].empty()) table("outside the layers", info["other_tensors"]);
+  if (!vl.is_null()) {
+    for (const char* part : {"vision_tower", "projector"}) {
+      const json& p = vl[part];
+      table(std::string(part[0] == 'v' ? "vision tower" : "projector") + " (" + human_count(p["parameters"].get<double>()) +
+                " params, " + human_bytes(p["bytes"].get<double>()) + ")",
+            p["tensors"]);
+    }
+  }
   return out;
 }
 

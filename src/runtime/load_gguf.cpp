@@ -100,12 +100,16 @@ struct GgufReader {
 ModelConfig gguf_model_config(const GgufFile& f) {
   const std::string where = f.path().string();
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen2moe" && arch != "qwen3moe")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen2moe" && arch != "qwen3moe" &&
+      arch != "qwen2vl")
     throw unsupported(where, "general.architecture '" + arch +
-                                 "' is not supported by the runtime (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe)");
+                                 "' is not supported by the runtime (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, qwen2vl)");
   auto key = [&](const std::string& k) { return arch + "." + k; };
   ModelConfig c;
-  c.model_type = arch == "mistral" ? "llama" : arch == "qwen2moe" ? "qwen2_moe" : arch == "qwen3moe" ? "qwen3_moe" : arch;
+  // qwen2vl: Qwen2-VL's language model, a Qwen2 whose multimodal RoPE turns
+  // text (equal positions in every section) as ordinary RoPE does.
+  c.model_type = arch == "mistral" ? "llama" : arch == "qwen2moe" ? "qwen2_moe" : arch == "qwen3moe" ? "qwen3_moe"
+               : arch == "qwen2vl" ? "qwen2" : arch;
   c.hidden_size = f.get_u32(key("embedding_length"));
   c.num_hidden_layers = f.get_u32(key("block_count"));
   c.num_attention_heads = f.get_u32(key("attention.head_count"));
@@ -216,7 +220,7 @@ std::unique_ptr<Model> load_gguf_model(const std::filesystem::path& file, device
   ModelWeights w;
   // The embedding table is only read a row at a time, unless the head shares it.
   w.embed = r.linear("token_embd", c.vocab_size, c.hidden_size, false, c.tie_word_embeddings);
-  const bool qkv_bias = arch == "qwen2" || arch == "qwen2moe";
+  const bool qkv_bias = arch == "qwen2" || arch == "qwen2moe" || arch == "qwen2vl";
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights l;

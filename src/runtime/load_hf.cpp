@@ -92,6 +92,7 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, s
   HfReader r{std::make_shared<Checkpoint>(merge ? open_checkpoint_with_loras(dir, lora.adapters, residency)
                                                 : Checkpoint::open(dir, residency)),
              format, opened.qcfg};
+  if (!merge) apply_hf_tensor_naming(c, *r.ck);  // open_checkpoint_with_loras applies it
   std::vector<LoraAdapter> forward_adapters;
   if (!lora.empty() && !merge) {
     for (const LoraSpec& s : lora.adapters) forward_adapters.push_back(read_peft_adapter(s, c, *r.ck));

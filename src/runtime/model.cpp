@@ -125,6 +125,12 @@ Model::Model(ModelConfig config, ModelWeights weights, std::filesystem::path sou
     if (!(w_.k_scale[i] > 0 && std::isfinite(w_.k_scale[i]) && w_.v_scale[i] > 0 && std::isfinite(w_.v_scale[i])))
       throw invalid_input(source_.string(), "KV-cache scale of layer " + std::to_string(i) + " is not positive and finite");
   inv_freq_ = rope_inv_freq(c);
+  if (c.vlm && !c.vlm->mrope_section.empty()) {
+    for (size_t s = 0; s < c.vlm->mrope_section.size(); ++s)
+      rope_section_.insert(rope_section_.end(), static_cast<size_t>(c.vlm->mrope_section[s]), static_cast<uint8_t>(s));
+    if (rope_section_.size() != inv_freq_.size())
+      throw invalid_input("config.json", "rope_scaling.mrope_section does not sum to head_dim / 2");
+  }
   if (!w_.rope_freq_factors.empty()) {
     if (w_.rope_freq_factors.size() != inv_freq_.size())
       throw invalid_input("rope_freqs.weight", "expected " + std::to_string(inv_freq_.size()) + " factors, got " +
@@ -200,9 +206,11 @@ std::vector<std::pair<float, float>> Model::kv_amax(const std::vector<std::vecto
 
 void Model::rope(const Batch& b, float* x, int64_t heads) const {
   const int64_t hd = config_.head_dim, half = hd / 2;
+  const bool sections = !b.rope_pos.empty() && !rope_section_.empty();
   for (size_t t = 0; t < b.size(); ++t) {
-    const float p = static_cast<float>(b.pos[t]);
     for (int64_t i = 0; i < half; ++i) {
+      // Multimodal RoPE: frequency i turns by its section's position.
+      const float p = static_cast<float>(sections ? b.rope_pos[3 * t + rope_section_[static_cast<size_t>(i)]] : b.pos[t]);
       const float ang = p * inv_freq_[static_cast<size_t>(i)];
       const float c = std::cos(ang), s = std::sin(ang);
       const int64_t i0 = w_.rope_interleaved ? 2 * i : i, i1 = w_.rope_interleaved ? 2 * i + 1 : i + half;
@@ -357,6 +365,16 @@ void Model::check_batch(const Batch& b, KvCache& cache) const {
       throw invalid_input("forward", "position " + std::to_string(pos) + " is beyond the model's maximum context " +
                                          std::to_string(c.max_position_embeddings));
   }
+  if (!b.rope_pos.empty() && b.rope_pos.size() != 3 * b.size())
+    throw invalid_input("forward", "a multimodal batch needs three rotary positions per token");
+  if (!b.embed_row.empty()) {
+    if (b.embed_row.size() != b.size()) throw invalid_input("forward", "a multimodal batch needs an input row per token");
+    const int64_t rows = b.embeds ? static_cast<int64_t>(b.embeds->size()) / c.hidden_size : 0;
+    for (int32_t r : b.embed_row)
+      if (r >= rows)
+        throw invalid_input("forward", "input row " + std::to_string(r) + " beyond the " + std::to_string(rows) +
+                                           " rows given");
+  }
   for (int64_t t = 0; t < n; ++t) cache.reserve(b.seq[static_cast<size_t>(t)], b.pos[static_cast<size_t>(t)] + 1);
   if (cache.format().has_kivi()) {
     std::vector<std::pair<int32_t, int64_t>> first;  // (sequence, its first position in the batch)
@@ -373,7 +391,65 @@ void Model::check_batch(const Batch& b, KvCache& cache) const {
 
 void Model::embed(const Batch& b, float* x) const {
   const int64_t h = config_.hidden_size;
-  for (size_t t = 0; t < b.size(); ++t) w_.embed->decode_row(b.tokens[t], x + static_cast<int64_t>(t) * h);
+  for (size_t t = 0; t < b.size(); ++t) {
+    float* row = x + static_cast<int64_t>(t) * h;
+    if (!b.embed_row.empty() && b.embed_row[t] >= 0)
+      std::copy_n(b.embeds->data() + static_cast<int64_t>(b.embed_row[t]) * h, h, row);
+    else
+      w_.embed->decode_row(b.tokens[t], row);
+  }
+}
+
+void add_sequence(Batch& b, const std::vector<int32_t>& tokens, int32_t seq, const MultimodalInputs* mm,
+                  int64_t logits_from, int64_t logits_to) {
+  const bool multimodal = mm && (!mm->embed_row.empty() || !mm->rope_pos.empty());
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (multimodal) {
+    if ((!mm->embed_row.empty() && static_cast<int64_t>(mm->embed_row.size()) != n) ||
+        (!mm->rope_pos.empty() && static_cast<int64_t>(mm->rope_pos.size()) != 3 * n))
+      throw invalid_input("forward", "a sequence's multimodal inputs do not match its " + std::to_string(n) + " tokens");
+    // Earlier text tokens of the batch get their ordinary inputs.
+    for (size_t t = b.embed_row.size(); t < b.size(); ++t) {
+      b.embed_row.push_back(-1);
+      b.rope_pos.insert(b.rope_pos.end(), 3, b.pos[t]);
+    }
+  }
+  int32_t offset = 0;  // where this sequence's rows start in b.embeds
+  if (multimodal && mm->embeds && b.embeds != mm->embeds) {
+    if (!b.embeds || b.embeds->empty()) {
+      b.embeds = mm->embeds;
+    } else {
+      auto joined = std::make_shared<std::vector<float>>(*b.embeds);
+      if (mm->hidden <= 0) throw invalid_input("forward", "multimodal inputs without their row width");
+      offset = static_cast<int32_t>(static_cast<int64_t>(joined->size()) / mm->hidden);
+      joined->insert(joined->end(), mm->embeds->begin(), mm->embeds->end());
+      b.embeds = std::move(joined);
+    }
+  }
+  const bool keep = multimodal || !b.embed_row.empty();
+  for (int64_t j = 0; j < n; ++j) {
+    const bool logits = j >= logits_from && j < logits_to;
+    b.add(tokens[static_cast<size_t>(j)], seq, j, logits);
+    if (!keep) continue;
+    const bool has_row = multimodal && !mm->embed_row.empty() && mm->embed_row[static_cast<size_t>(j)] >= 0;
+    b.embed_row.push_back(has_row ? mm->embed_row[static_cast<size_t>(j)] + offset : -1);
+    if (multimodal && !mm->rope_pos.empty())
+      b.rope_pos.insert(b.rope_pos.end(), mm->rope_pos.begin() + 3 * j, mm->rope_pos.begin() + 3 * j + 3);
+    else
+      b.rope_pos.insert(b.rope_pos.end(), 3, j);
+  }
+}
+
+Batch Batch::subset(const std::vector<int64_t>& rows) const {
+  Batch out;
+  out.embeds = embeds;
+  for (int64_t r : rows) {
+    const auto i = static_cast<size_t>(r);
+    out.add(tokens[i], seq[i], pos[i], true);
+    if (!rope_pos.empty()) out.rope_pos.insert(out.rope_pos.end(), rope_pos.begin() + 3 * r, rope_pos.begin() + 3 * r + 3);
+    if (!embed_row.empty()) out.embed_row.push_back(embed_row[i]);
+  }
+  return out;
 }
 
 void Model::attn_norm(int64_t li, const float* x, int64_t n, float* xn) const {
@@ -543,11 +619,7 @@ void Model::forward(const Batch& b, KvCache& cache, std::vector<float>& logits, 
     head(b, x.data(), logits, pool, obs);
     return;
   }
-  Batch kept;
-  for (int64_t t : rows) {
-    const auto i = static_cast<size_t>(t);
-    kept.add(b.tokens[i], b.seq[i], b.pos[i], true);
-  }
+  const Batch kept = b.subset(rows);
   std::vector<float> xk(rows.size() * static_cast<size_t>(h));
   forward_layer_rows(layers - 1, b, kept, rows, x.data(), xk.data(), cache, pool);
   head(kept, xk.data(), logits, pool, nullptr);

@@ -156,12 +156,46 @@ struct Batch {
   std::vector<int32_t> seq;
   std::vector<int64_t> pos;
   std::vector<uint8_t> want_logits;
+  // Multimodal inputs, empty for text. rope_pos: three rotary positions per
+  // token (temporal, height, width) for multimodal RoPE, 3 * size() values
+  // (empty: every section rotates by pos). embed_row: per token, the row of
+  // `embeds` ([rows, hidden], an image's rows from the vision side) that
+  // replaces its token's embedding, or -1.
+  std::vector<int64_t> rope_pos;
+  std::vector<int32_t> embed_row;
+  std::shared_ptr<const std::vector<float>> embeds;
   void add(int32_t token, int32_t sequence, int64_t position, bool logits) {
     tokens.push_back(token), seq.push_back(sequence), pos.push_back(position), want_logits.push_back(logits);
   }
+  // A token of a multimodal batch (every token of the batch added this way).
+  void add(int32_t token, int32_t sequence, int64_t position, bool logits, const int64_t rope[3], int32_t row) {
+    add(token, sequence, position, logits);
+    rope_pos.insert(rope_pos.end(), rope, rope + 3);
+    embed_row.push_back(row);
+  }
+  bool multimodal() const { return !rope_pos.empty() || !embed_row.empty(); }
   size_t size() const { return tokens.size(); }
-  void clear() { tokens.clear(), seq.clear(), pos.clear(), want_logits.clear(); }
+  void clear() { tokens.clear(), seq.clear(), pos.clear(), want_logits.clear(), rope_pos.clear(), embed_row.clear(); }
+  // Tokens `rows` (indices into this batch) as a batch of their own, with
+  // their multimodal inputs and want_logits set.
+  Batch subset(const std::vector<int64_t>& rows) const;
 };
+
+// One sequence's multimodal inputs: the rows an image became (the vision
+// side's output) and where they go, and every token's three rotary positions
+// under multimodal RoPE (runtime/vision/multimodal_prompt.h builds them).
+struct MultimodalInputs {
+  std::shared_ptr<const std::vector<float>> embeds;  // [rows, hidden]
+  int64_t hidden = 0;                                // the width of a row
+  std::vector<int32_t> embed_row;                    // per token: its row of embeds, or -1
+  std::vector<int64_t> rope_pos;                     // 3 per token, or empty (ordinary positions)
+};
+
+// Appends a sequence's tokens at positions 0.. to `b` under sequence id
+// `seq`, with its multimodal inputs when `mm` is given (and any other
+// sequence's inputs kept); tokens j in [logits_from, logits_to) want logits.
+void add_sequence(Batch& b, const std::vector<int32_t>& tokens, int32_t seq, const MultimodalInputs* mm,
+                  int64_t logits_from = 0, int64_t logits_to = 0);
 
 class Model {
  public:
@@ -220,6 +254,10 @@ class Model {
 
   // The RoPE inverse frequencies [head_dim / 2], scaling and GGUF factors applied.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  // Multimodal RoPE: which of a token's three rotary positions frequency i
+  // follows (0 temporal, 1 height, 2 width), from the config's mrope_section;
+  // empty for ordinary RoPE.
+  const std::vector<uint8_t>& rope_sections() const { return rope_section_; }
 
   // The weights, for quantizers that replace a layer's Linears in place.
   const ModelWeights& weights() const { return w_; }
@@ -263,6 +301,7 @@ class Model {
   std::filesystem::path source_;
   FileResidency residency_ = FileResidency::Mapped;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<uint8_t> rope_section_;  // [head_dim / 2] for multimodal RoPE, else empty
 };
 
 // Inverse RoPE frequencies for the config (default, linear or llama3 scaling;

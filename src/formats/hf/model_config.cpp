@@ -18,6 +18,11 @@ const std::vector<std::string>& supported_model_types() {
   return types;
 }
 
+const std::vector<std::string>& vision_language_model_types() {
+  static const std::vector<std::string> types = {"qwen2_vl", "qwen2_5_vl", "llava", "llava_next"};
+  return types;
+}
+
 namespace {
 
 // Typed accessors that name the key and the file in every error.
@@ -94,7 +99,118 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
 std::string list_types() {
   std::string s;
   for (const auto& t : supported_model_types()) s += (s.empty() ? "" : ", ") + t;
+  for (const auto& t : vision_language_model_types()) s += ", " + t;
   return s;
+}
+
+bool is_vision_language(const std::string& t) {
+  const auto& v = vision_language_model_types();
+  return std::find(v.begin(), v.end(), t) != v.end();
+}
+
+// transformers' LlamaConfig / MistralConfig / Qwen2Config defaults for the
+// keys a LLaVA text_config may leave out (llava-1.5's names only what
+// differs from them).
+void fill_text_defaults(json& t) {
+  const std::string mt = t.value("model_type", "llama");
+  auto def = [&](const char* k, json v) {
+    if (!t.contains(k) || t[k].is_null()) t[k] = std::move(v);
+  };
+  if (mt == "mistral") {
+    def("hidden_size", 4096), def("intermediate_size", 14336), def("num_hidden_layers", 32);
+    def("num_attention_heads", 32), def("num_key_value_heads", 8), def("max_position_embeddings", 4096 * 32);
+    def("vocab_size", 32000), def("rms_norm_eps", 1e-6), def("rope_theta", 10000.0);
+  } else if (mt == "qwen2") {
+    def("hidden_size", 4096), def("intermediate_size", 22016), def("num_hidden_layers", 32);
+    def("num_attention_heads", 32), def("num_key_value_heads", 32), def("max_position_embeddings", 32768);
+    def("vocab_size", 151936), def("rms_norm_eps", 1e-6), def("rope_theta", 10000.0);
+  } else {
+    def("hidden_size", 4096), def("intermediate_size", 11008), def("num_hidden_layers", 32);
+    def("num_attention_heads", 32), def("max_position_embeddings", 2048);
+    def("vocab_size", 32000), def("rms_norm_eps", 1e-6), def("rope_theta", 10000.0);
+  }
+}
+
+ModelConfig parse_vision_language_config(const json& j, const std::string& where, const std::string& type) {
+  Reader r{j, where};
+  VisionLanguageConfig v;
+  v.model_type = type;
+  const json* vc = r.get("vision_config");
+  if (!vc || !vc->is_object())
+    throw invalid_input(where, "a " + type + " config needs a 'vision_config' object");
+  v.vision = *vc;
+  const json* tc = r.get("text_config");
+  if (tc && !tc->is_object()) r.bad("text_config", "an object", *tc);
+  const bool qwen = type == "qwen2_vl" || type == "qwen2_5_vl";
+  json text;
+  if (qwen) {
+    // Older configs keep the language model's fields at the top level; newer
+    // ones (transformers 4.52 on) also, or only, in text_config.
+    v.text_config = tc && tc->contains("hidden_size");
+    text = v.text_config ? *tc : j;
+    text.erase("vision_config"), text.erase("text_config");
+    text["model_type"] = "qwen2";
+    json* rs = text.contains("rope_scaling") && text["rope_scaling"].is_object() ? &text["rope_scaling"] : nullptr;
+    if (!rs && j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+      text["rope_scaling"] = j["rope_scaling"];
+      rs = &text["rope_scaling"];
+    }
+    if (!rs || !rs->contains("mrope_section"))
+      throw invalid_input(where, "a " + type + " config needs rope_scaling.mrope_section (the multimodal RoPE sections)");
+    const json& ms = (*rs)["mrope_section"];
+    if (!ms.is_array() || ms.size() != 3)
+      throw invalid_input(where, "rope_scaling.mrope_section must be a list of 3 positive integers, got " + ms.dump());
+    for (const json& e : ms) {
+      if (!e.is_number_integer() || e.get<int64_t>() <= 0)
+        throw invalid_input(where, "rope_scaling.mrope_section must be a list of 3 positive integers, got " + ms.dump());
+      v.mrope_section.push_back(e.get<int64_t>());
+    }
+    // "mrope" (older) or "default" with sections: ordinary frequencies.
+    const std::string rt = rs->value("rope_type", rs->value("type", "default"));
+    if (rt == "mrope" || rt == "default") text.erase("rope_scaling");
+    for (const char* k : {"image_token_id", "vision_start_token_id", "vision_end_token_id"})
+      if (!text.contains(k) && j.contains(k)) text[k] = j[k];
+    Reader t{text, where};
+    v.image_token_id = t.opt_int("image_token_id").value_or(-1);
+    v.vision_start_token_id = t.opt_int("vision_start_token_id").value_or(-1);
+    v.vision_end_token_id = t.opt_int("vision_end_token_id").value_or(-1);
+    if (v.image_token_id < 0) throw invalid_input(where, "a " + type + " config needs 'image_token_id'");
+  } else {
+    if (!tc) throw invalid_input(where, "a " + type + " config needs a 'text_config' object");
+    v.text_config = true;
+    text = *tc;
+    if (!text.contains("model_type")) text["model_type"] = "llama";
+    const std::string mt = text["model_type"].is_string() ? text["model_type"].get<std::string>() : "";
+    if (mt != "llama" && mt != "mistral" && mt != "qwen2")
+      throw unsupported(where, "text_config.model_type '" + mt + "' of a " + type +
+                                   " model is not supported (supported: llama, mistral, qwen2)");
+    fill_text_defaults(text);
+    const json* it = r.get("image_token_index");
+    if (!it) it = r.get("image_token_id");
+    if (!it || !it->is_number_integer() || it->get<int64_t>() < 0)
+      throw invalid_input(where, "a " + type + " config needs 'image_token_index' (a non-negative integer)");
+    v.image_token_id = it->get<int64_t>();
+  }
+  for (const char* k : {"torch_dtype", "dtype", "tie_word_embeddings", "quantization_config"})
+    if (!text.contains(k) && j.contains(k)) text[k] = j[k];
+  ModelConfig c = parse_model_config(text, where + (v.text_config ? ": text_config" : ""));
+  if (qwen) {
+    int64_t sum = 0;
+    for (int64_t s : v.mrope_section) sum += s;
+    if (sum != c.head_dim / 2)
+      throw invalid_input(where, "rope_scaling.mrope_section sums to " + std::to_string(sum) + ", but head_dim / 2 is " +
+                                     std::to_string(c.head_dim / 2));
+  }
+  if (v.image_token_id >= c.vocab_size)
+    throw invalid_input(where, "the image token " + std::to_string(v.image_token_id) + " is outside the vocabulary of " +
+                                   std::to_string(c.vocab_size));
+  c.architectures.clear();
+  if (const json* a = r.get("architectures"); a && a->is_array())
+    for (const auto& e : *a)
+      if (e.is_string()) c.architectures.push_back(e.get<std::string>());
+  c.vlm = std::move(v);
+  c.raw = j;
+  return c;
 }
 
 }  // namespace
@@ -107,6 +223,7 @@ ModelConfig parse_model_config(const json& j, const std::string& where) {
   auto mt = r.opt_string("model_type");
   if (!mt) throw invalid_input(where, "missing required key 'model_type' (supported: " + list_types() + ")");
   c.model_type = *mt;
+  if (is_vision_language(c.model_type)) return parse_vision_language_config(j, where, c.model_type);
   const auto& types = supported_model_types();
   if (std::find(types.begin(), types.end(), c.model_type) == types.end())
     throw unsupported(where, "unsupported architecture '" + c.model_type + "' (model_type); supported: " + list_types());

@@ -24,6 +24,22 @@ struct RopeScaling {
   nlohmann::json raw;  // the object as written
 };
 
+// A vision-language model's parts besides its language model: qwen2_vl and
+// qwen2_5_vl (a Qwen2 language model with multimodal RoPE, a ViT with a patch
+// merger), llava and llava_next (a Llama or Mistral language model, a CLIP
+// vision tower, an MLP projector). The ModelConfig around it describes the
+// language model (its model_type is the text model's: qwen2, llama, mistral).
+struct VisionLanguageConfig {
+  std::string model_type;  // the config's own: qwen2_vl, qwen2_5_vl, llava, llava_next
+  nlohmann::json vision;   // vision_config as written
+  // qwen: how many of the head_dim / 2 RoPE frequencies follow the temporal,
+  // height and width positions (rope_scaling.mrope_section); sums to head_dim / 2.
+  std::vector<int64_t> mrope_section;
+  int64_t image_token_id = -1;  // qwen: image_token_id; llava: image_token_index
+  int64_t vision_start_token_id = -1, vision_end_token_id = -1;  // qwen only
+  bool text_config = false;     // the language model's fields were read from text_config
+};
+
 struct ModelConfig {
   std::string model_type;                 // llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe
   std::vector<std::string> architectures; // e.g. LlamaForCausalLM
@@ -55,6 +71,7 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;  // qwen: layers kept dense
   bool norm_topk_prob = false;       // renormalise the top-k routing weights (mixtral: always)
   std::optional<nlohmann::json> quantization_config;
+  std::optional<VisionLanguageConfig> vlm;  // set for a vision-language model
   nlohmann::json raw;  // the whole config.json
 
   bool is_moe() const { return num_experts > 0; }
@@ -72,7 +89,10 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 };
 
+// Text models, then the vision-language models (whose language model is one
+// of the text models).
 const std::vector<std::string>& supported_model_types();
+const std::vector<std::string>& vision_language_model_types();
 
 // How a source spells a hyper-parameter in messages, given its config.json
 // key ("hidden_size"); the GGUF loader maps them to its metadata keys

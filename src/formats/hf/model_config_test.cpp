@@ -105,7 +105,7 @@ struct BadConfig {
 TEST(ModelConfig, MalformedCorpus) {
   std::vector<BadConfig> cases = {
       {"unsupported architecture", [](json& j) { j["model_type"] = "gpt2"; }, ErrorKind::Unsupported,
-       "unsupported architecture 'gpt2' (model_type); supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe"},
+       "unsupported architecture 'gpt2' (model_type); supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, qwen2_vl, qwen2_5_vl, llava, llava_next"},
       {"missing model_type", [](json& j) { j.erase("model_type"); }, ErrorKind::InvalidInput, "missing required key 'model_type'"},
       {"mlp_only_layers beyond the layers",
        [](json& j) { j["model_type"] = "qwen2_moe"; j["num_experts"] = 4; j["num_experts_per_tok"] = 2; j["moe_intermediate_size"] = 64;

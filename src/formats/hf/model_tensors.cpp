@@ -249,4 +249,36 @@ void check_hf_checkpoint(const ModelConfig& c, const Checkpoint& ck, bool dense_
   }
 }
 
+TensorNaming hf_tensor_naming(const ModelConfig& c, const std::vector<std::string>& stored_names) {
+  TensorNaming n;
+  if (!c.vlm) return n;
+  bool current = false;  // transformers 4.52 on
+  for (const std::string& s : stored_names)
+    if (s.compare(0, 21, "model.language_model.") == 0) current = true;
+  const bool llava = c.vlm->model_type == "llava" || c.vlm->model_type == "llava_next";
+  if (current) {
+    n.prefixes = {{"model.", "model.language_model."}, {"lm_head.", "lm_head."}};
+    if (llava)
+      n.prefixes.insert(n.prefixes.end(), {{"vision_tower.", "model.vision_tower."},
+                                           {"multi_modal_projector.", "model.multi_modal_projector."},
+                                           {"image_newline", "model.image_newline"}});
+    else
+      n.prefixes.push_back({"visual.", "model.visual."});
+  } else if (llava) {
+    n.prefixes = {{"model.", "language_model.model."}, {"lm_head.", "language_model.lm_head."}};
+  }
+  return n;
+}
+
+void apply_hf_tensor_naming(const ModelConfig& c, Checkpoint& ck) {
+  TensorNaming n = hf_tensor_naming(c, ck.names());
+  if (!n.identity()) ck.set_naming(std::move(n));
+}
+
+bool is_vision_tensor(const std::string& name) {
+  for (const char* p : {"visual.", "vision_tower.", "multi_modal_projector.", "image_newline"})
+    if (name.compare(0, std::char_traits<char>::length(p), p) == 0) return true;
+  return false;
+}
+
 }  // namespace qf

@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "formats/hf/model_config.h"
+#include "formats/tensor_naming.h"
 
 namespace qf {
 
@@ -81,5 +82,23 @@ std::vector<HfRouter> hf_layer_routers(const ModelConfig& c, int64_t layer);
 // `where` (the model folder) prefixes the messages about tensors.
 void check_hf_checkpoint(const ModelConfig& c, const Checkpoint& ck, bool dense_linears, const std::string& where,
                          const std::string& config_file);
+
+// How a vision-language checkpoint spells its parts (formats/tensor_naming.h),
+// told from its stored tensor names: the names transformers used before 4.52
+// ("model.layers." and "visual." for qwen2_vl; "language_model.model.",
+// "language_model.lm_head.", "vision_tower.", "multi_modal_projector." for
+// llava) or those it uses since ("model.language_model.", "model.visual.",
+// "model.vision_tower.", "model.multi_modal_projector.", "lm_head."). The
+// working names are the older qwen2_vl ones for the language model
+// ("model.", "lm_head.") and the vision parts' older names. Identity for a
+// text model.
+TensorNaming hf_tensor_naming(const ModelConfig& c, const std::vector<std::string>& stored_names);
+// The same, applied to the checkpoint (Checkpoint::set_naming).
+void apply_hf_tensor_naming(const ModelConfig& c, Checkpoint& ck);
+
+// Whether a working tensor or module name belongs to a vision-language
+// model's vision tower or projector ("visual.", "vision_tower.",
+// "multi_modal_projector.", "image_newline").
+bool is_vision_tensor(const std::string& name);
 
 }  // namespace qf

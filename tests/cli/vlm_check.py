@@ -1,0 +1,97 @@
+"""Checks of a vision-language model's quantize output, for tests/cli/vlm.sh.
+
+  vlm_check.py rename SRC DST        copy the model folder SRC to DST with its
+                                     tensors under the names transformers uses
+                                     since 4.52 (model.language_model.*,
+                                     model.visual.* / model.vision_tower.*, ...)
+  vlm_check.py kept SRC OUT          every vision and projector tensor of SRC
+                                     is in OUT under the same name, dtype,
+                                     shape and bytes; the processor files are
+                                     copied; the ignore list is exactly the
+                                     vision tower's and projector's Linears
+                                     (2-D weights that are not embeddings)
+                                     and the lm_head, as OUT's tensors name
+                                     them
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop('__metadata__', None)
+    return b[8 + n:], h
+
+
+def tensor_bytes(data, info):
+    a, b = info['data_offsets']
+    return data[a:b]
+
+
+def renamed(name, llava):
+    if llava:
+        for old, new in (('language_model.model.', 'model.language_model.'), ('language_model.lm_head.', 'lm_head.'),
+                         ('vision_tower.', 'model.vision_tower.'), ('multi_modal_projector.', 'model.multi_modal_projector.'),
+                         ('image_newline', 'model.image_newline')):
+            if name.startswith(old):
+                return new + name[len(old):]
+        return name
+    for old, new in (('model.', 'model.language_model.'), ('visual.', 'model.visual.')):
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def rename(src, dst):
+    shutil.copytree(src, dst)
+    llava = json.load(open(os.path.join(src, 'config.json')))['model_type'].startswith('llava')
+    data, h = load(os.path.join(src, 'model.safetensors'))
+    out = {}
+    for k, v in sorted(h.items(), key=lambda kv: kv[1]['data_offsets'][0]):
+        out[renamed(k, llava)] = v
+    head = json.dumps(out, separators=(',', ':')).encode()
+    head += b' ' * (-len(head) % 8)
+    with open(os.path.join(dst, 'model.safetensors'), 'wb') as f:
+        f.write(struct.pack('<Q', len(head)) + head + data)
+
+
+VISION_PREFIXES = ('visual.', 'vision_tower.', 'multi_modal_projector.', 'image_newline', 'model.visual.',
+                   'model.vision_tower.', 'model.multi_modal_projector.', 'model.image_newline')
+
+
+def kept(src, out):
+    sd, sh = load(os.path.join(src, 'model.safetensors'))
+    od, oh = load(os.path.join(out, 'model.safetensors'))
+    vision = [k for k in sh if k.startswith(VISION_PREFIXES)]
+    assert vision, 'no vision tensors in ' + src
+    for k in vision:
+        assert k in oh, 'missing ' + k
+        assert (sh[k]['dtype'], sh[k]['shape']) == (oh[k]['dtype'], oh[k]['shape']), (k, sh[k], oh[k])
+        assert tensor_bytes(sd, sh[k]) == tensor_bytes(od, oh[k]), 'changed ' + k
+    for f in ('preprocessor_config.json', 'tokenizer_config.json'):
+        if os.path.exists(os.path.join(src, f)):
+            assert open(os.path.join(src, f), 'rb').read() == open(os.path.join(out, f), 'rb').read(), f
+    qc = json.load(open(os.path.join(out, 'config.json')))['quantization_config']
+    want = sorted(k[:-len('.weight')] for k in vision
+                  if k.endswith('.weight') and len(sh[k]['shape']) == 2 and 'embed' not in k.rsplit('.', 2)[-2])
+    head = 'language_model.lm_head' if 'language_model.lm_head.weight' in sh else 'lm_head'
+    ignore = qc['ignore']
+    assert len(ignore) == len(set(ignore)), ignore
+    assert sorted(ignore) == sorted(want + [head]), (sorted(set(ignore) ^ set(want + [head])))
+    # The language model's Linears are quantized under the checkpoint's own spelling.
+    lm = [k for k in oh if '.layers.0.self_attn.q_proj.' in k and not k.startswith(VISION_PREFIXES)]
+    assert lm and all(k.startswith(('model.layers.', 'model.language_model.layers.', 'language_model.model.layers.'))
+                      for k in lm), lm
+    prefix = lm[0].split('layers.0.')[0]
+    src_prefix = [k for k in sh if '.layers.0.self_attn.q_proj.weight' in k and not k.startswith(VISION_PREFIXES)][0].split('layers.0.')[0]
+    assert prefix == src_prefix, (prefix, src_prefix)
+    print(len(vision), 'vision tensors kept,', len(want), 'vision Linears ignored')
+
+
+if __name__ == '__main__':
+    {'rename': rename, 'kept': kept}[sys.argv[1]](*sys.argv[2:])
