@@ -10,6 +10,7 @@
 #include "calibration/sequential.h"
 #include "quantizers/gptq.h"
 #include "runtime/model.h"
+#include "moe_cases.h"
 #include "test_util.h"
 
 namespace qf {
@@ -17,14 +18,7 @@ namespace {
 
 std::filesystem::path tiny(const char* arch) { return test::source_dir() / "tests" / "data" / "moe-tiny" / arch; }
 
-std::vector<std::vector<int32_t>> random_samples(int64_t vocab, int n, int len, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(vocab - 1));
-  std::vector<std::vector<int32_t>> s(static_cast<size_t>(n));
-  for (auto& v : s)
-    for (int i = 0; i < len; ++i) v.push_back(tok(gen));
-  return s;
-}
+using test::random_samples;
 
 // Per (layer, expert): the rows the forward routes to the expert, as its
 // gate reads them, accumulated into Hessians the way the pipeline does.

@@ -419,14 +419,14 @@ void add_sequence(Batch& b, const std::vector<int32_t>& tokens, int32_t seq, con
     if (!b.embeds || b.embeds->empty()) {
       b.embeds = mm->embeds;
     } else {
-      auto joined = std::make_shared<std::vector<float>>(*b.embeds);
       if (mm->hidden <= 0) throw invalid_input("forward", "multimodal inputs without their row width");
+      auto joined = std::make_shared<std::vector<float>>(*b.embeds);
       offset = static_cast<int32_t>(static_cast<int64_t>(joined->size()) / mm->hidden);
       joined->insert(joined->end(), mm->embeds->begin(), mm->embeds->end());
       b.embeds = std::move(joined);
     }
   }
-  const bool keep = multimodal || !b.embed_row.empty();
+  const bool keep = multimodal || b.multimodal();  // once a batch has multimodal inputs, every token does
   for (int64_t j = 0; j < n; ++j) {
     const bool logits = j >= logits_from && j < logits_to;
     b.add(tokens[static_cast<size_t>(j)], seq, j, logits);

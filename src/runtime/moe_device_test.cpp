@@ -48,6 +48,7 @@
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/device_runtime.h"
 #include "runtime/model.h"
+#include "moe_cases.h"
 #include "test_util.h"
 
 namespace qf {
@@ -294,14 +295,7 @@ void expect_same_statistics(const Calibrated& cpu, const Calibrated& dev, const 
   std::printf("%s: largest Hessian difference %.3g of sqrt(H_ii H_jj), %.3g in Frobenius norm\n", what, worst, worst_frob);
 }
 
-std::vector<std::vector<int32_t>> random_samples(int64_t vocab, int n, int len, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(vocab - 1));
-  std::vector<std::vector<int32_t>> s(static_cast<size_t>(n));
-  for (auto& v : s)
-    for (int i = 0; i < len; ++i) v.push_back(tok(gen));
-  return s;
-}
+using test::random_samples;
 
 void expect_calibration_matches(device::Kind kind) {
   // The trained fixture on real calibration text.
@@ -387,14 +381,7 @@ TEST(MoeDeviceCalibration, MemoryEstimatesCountEveryExpertAndRefusalsAreClear) {
                   "dense layers only");
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, MoeDevice,
-                         ::testing::Values("moe-tiny/mixtral", "moe-tiny/qwen2_moe", "moe-tiny/qwen3_moe", "fixture-mixtral"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Architectures, MoeDevice, test::kMoeCheckpoints, test::checkpoint_param_name);
 
 }  // namespace
 }  // namespace qf

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model.h"
+#include "moe_cases.h"
 #include "test_util.h"
 
 namespace qf::rt {
@@ -138,14 +139,7 @@ TEST_P(MoeReference, CountsActiveAndTotalParameters) {
             sparse_layers * static_cast<uint64_t>(c.num_experts - c.num_experts_per_tok) * expert_params);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, MoeReference,
-                         ::testing::Values("moe-tiny/mixtral", "moe-tiny/qwen2_moe", "moe-tiny/qwen3_moe", "fixture-mixtral"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Architectures, MoeReference, test::kMoeCheckpoints, test::checkpoint_param_name);
 
 }  // namespace
 }  // namespace qf::rt

@@ -17,21 +17,27 @@ def load(p):
     return b[8 + n:], h
 
 
-da, ha = load(sys.argv[1])
-db, hb = load(sys.argv[2])
-suffix = sys.argv[3]
-assert ha.keys() == hb.keys(), set(ha) ^ set(hb)
-codes = diff = 0
-for k, v in ha.items():
-    w = hb[k]
-    assert (v['dtype'], v['shape']) == (w['dtype'], w['shape']), (k, v, w)
-    if k.endswith(suffix):
-        x = np.frombuffer(da[v['data_offsets'][0]:v['data_offsets'][1]], np.uint32)
-        y = np.frombuffer(db[w['data_offsets'][0]:w['data_offsets'][1]], np.uint32)
-        for i in range(8):
-            codes += x.size
-            diff += int((((x >> (4 * i)) & 15) != ((y >> (4 * i)) & 15)).sum())
-assert codes or '--require' not in sys.argv[4:], f"no tensor ends with {suffix}"
-if codes:
-    assert diff <= 0.10 * codes, f"{diff} of {codes} codes differ"
-    print(f"  {100 * diff / codes:.2f}% of {codes} codes differ")
+
+def main():
+    da, ha = load(sys.argv[1])
+    db, hb = load(sys.argv[2])
+    suffix = sys.argv[3]
+    assert ha.keys() == hb.keys(), set(ha) ^ set(hb)
+    codes = diff = 0
+    for k, v in ha.items():
+        w = hb[k]
+        assert (v['dtype'], v['shape']) == (w['dtype'], w['shape']), (k, v, w)
+        if k.endswith(suffix):
+            x = np.frombuffer(da[v['data_offsets'][0]:v['data_offsets'][1]], np.uint32)
+            y = np.frombuffer(db[w['data_offsets'][0]:w['data_offsets'][1]], np.uint32)
+            for i in range(8):
+                codes += x.size
+                diff += int((((x >> (4 * i)) & 15) != ((y >> (4 * i)) & 15)).sum())
+    assert codes or '--require' not in sys.argv[4:], f"no tensor ends with {suffix}"
+    if codes:
+        assert diff <= 0.10 * codes, f"{diff} of {codes} codes differ"
+        print(f"  {100 * diff / codes:.2f}% of {codes} codes differ")
+
+
+if __name__ == '__main__':
+    main()

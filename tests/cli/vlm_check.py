@@ -12,6 +12,8 @@
                                      (2-D weights that are not embeddings)
                                      and the lm_head, as OUT's tensors name
                                      them
+  vlm_check.py changed A B TENSOR    TENSOR's bytes differ between the
+                                     safetensors files A and B
 """
 import json
 import os
@@ -19,13 +21,8 @@ import shutil
 import struct
 import sys
 
-
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop('__metadata__', None)
-    return b[8 + n:], h
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from codes_differ import load  # noqa: E402  (data section, header without __metadata__)
 
 
 def tensor_bytes(data, info):
@@ -93,5 +90,10 @@ def kept(src, out):
     print(len(vision), 'vision tensors kept,', len(want), 'vision Linears ignored')
 
 
+def changed(a, b, name):
+    (da, ha), (db, hb) = load(a), load(b)
+    assert tensor_bytes(da, ha[name]) != tensor_bytes(db, hb[name]), name + ' is the same in both'
+
+
 if __name__ == '__main__':
-    {'rename': rename, 'kept': kept}[sys.argv[1]](*sys.argv[2:])
+    {'rename': rename, 'kept': kept, 'changed': changed}[sys.argv[1]](*sys.argv[2:])

@@ -19,12 +19,7 @@ ImageSequencer make_image_sequencer(const Model& model, const std::filesystem::p
                                                             std::to_string(vision->hidden()) + ", the language model takes " +
                                                             std::to_string(cfg.hidden_size));
   return [vision, cfg, bos](const std::filesystem::path& image, const std::vector<int32_t>& text) {
-    ImageEmbedding e = vision->embed(read_image(image));
-    ImageRows rows;
-    rows.n_rows = e.n_rows, rows.hidden = e.hidden;
-    rows.grid_t = e.grid_t, rows.grid_h = e.grid_h, rows.grid_w = e.grid_w;
-    rows.rows = std::make_shared<const std::vector<float>>(std::move(e.rows));
-    return image_text_sequence(cfg, rows, text, bos);
+    return image_text_sequence(cfg, vision->embed(read_image(image)), text, bos);
   };
 }
 

@@ -10,12 +10,11 @@
 
 namespace qf::rt {
 
-MultimodalSequence image_text_sequence(const ModelConfig& c, const ImageRows& image, const std::vector<int32_t>& text,
+MultimodalSequence image_text_sequence(const ModelConfig& c, ImageEmbedding image, const std::vector<int32_t>& text,
                                        std::optional<int32_t> bos) {
   if (!c.vlm) throw unsupported("config.json", "not a vision-language model: it takes no images");
   const VisionLanguageConfig& v = *c.vlm;
-  if (image.hidden != c.hidden_size || !image.rows ||
-      static_cast<int64_t>(image.rows->size()) != image.n_rows * image.hidden)
+  if (image.hidden != c.hidden_size || static_cast<int64_t>(image.rows.size()) != image.n_rows * image.hidden)
     throw invalid_input("image", "the vision side gave rows of width " + std::to_string(image.hidden) +
                                      ", the language model takes " + std::to_string(c.hidden_size));
   if (image.grid_t * image.grid_h * image.grid_w != image.n_rows)
@@ -25,7 +24,7 @@ MultimodalSequence image_text_sequence(const ModelConfig& c, const ImageRows& im
   MultimodalSequence out;
   std::vector<int32_t>& tok = out.tokens;
   MultimodalInputs& in = out.inputs;
-  in.embeds = image.rows;
+  in.embeds = std::make_shared<const std::vector<float>>(std::move(image.rows));
   in.hidden = image.hidden;
   const bool mrope = !v.mrope_section.empty();
   int64_t next = 0;  // the next text token's rotary position

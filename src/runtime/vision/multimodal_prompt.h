@@ -22,16 +22,9 @@
 
 #include "formats/hf/model_config.h"
 #include "runtime/model.h"
+#include "runtime/vision/vision_tower.h"
 
 namespace qf::rt {
-
-// The vision side's output for one image: rows [n_rows, hidden] and, after
-// the merge, the grid they cover (temporal, height, width; LLaVA: 1, 1, n).
-struct ImageRows {
-  std::shared_ptr<const std::vector<float>> rows;
-  int64_t n_rows = 0, hidden = 0;
-  int64_t grid_t = 1, grid_h = 1, grid_w = 0;
-};
 
 struct MultimodalSequence {
   std::vector<int32_t> tokens;
@@ -39,10 +32,12 @@ struct MultimodalSequence {
   int64_t first_text = 0;  // the index of the first text token after the image
 };
 
-// `text` holds the text's tokens without BOS; `bos` is prepended when given.
+// `image` is the vision side's output (its rows move into the sequence's
+// inputs); `text` holds the text's tokens without BOS; `bos` is prepended
+// when given.
 // InvalidInput when the rows do not match the grid or the language model's
 // width; Unsupported for a config without the tokens the layout needs.
-MultimodalSequence image_text_sequence(const ModelConfig& c, const ImageRows& image, const std::vector<int32_t>& text,
+MultimodalSequence image_text_sequence(const ModelConfig& c, ImageEmbedding image, const std::vector<int32_t>& text,
                                        std::optional<int32_t> bos);
 
 // Turns an image file and a text's tokens (without BOS) into the sequence
