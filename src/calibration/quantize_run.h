@@ -35,6 +35,7 @@
 #include "calibration/quantize_model.h"
 #include "calibration/quantize_plan.h"
 #include "calibration/resume_state.h"
+#include "calibration/vision_plan.h"
 #include "core/io.h"
 #include "core/peak_flops.h"
 #include "formats/hf/model_config.h"
@@ -65,6 +66,7 @@ struct QuantizeRun {
   // plan
   QuantizePlan plan;
   uint64_t gptq_device_bytes = 0;  // the largest Linear's GPTQ on the device
+  std::vector<VisionLinear> vision;  // the recipe's `vision:` section: the vision Linears it quantizes
   // data
   std::vector<std::vector<int32_t>> samples;
   // A vision-language model's image records: per sample its image rows and
@@ -88,6 +90,7 @@ struct QuantizeRun {
   // export
   std::string dataset;      // calibration.dataset as recorded in the copied recipe and the report
   std::string recipe_copy;  // the recipe as run
+  nlohmann::ordered_json vision_reports;  // one entry per quantized vision Linear (null: none)
   // report
   std::vector<std::pair<std::string, double>> stage_seconds;  // in order
   std::vector<PeakFlops> peak;
@@ -101,6 +104,11 @@ void layers_stage(QuantizeRun& r);
 void export_stage(QuantizeRun& r);
 void report_stage(QuantizeRun& r);
 void evaluate_stage(QuantizeRun& r);
+
+// Part of export: the vision Linears of r.vision rounded to nearest and
+// written (their names added to r.written and `quantized`), their report
+// entries in r.vision_reports.
+void export_vision_linears(QuantizeRun& r, const Checkpoint& ck, std::set<std::string>& quantized);
 
 // The calibration file a run reads: --calib, else the recipe's
 // calibration.dataset (relative to the recipe file); empty when neither.

@@ -16,21 +16,6 @@ const char* kCopiedFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_co
                               "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
                               "processor_config.json", "video_preprocessor_config.json"};
 
-// A module's name as the checkpoint spells it ("lm_head" of a LLaVA
-// checkpoint is "language_model.lm_head").
-std::string stored_module(const TensorNaming& n, const std::string& module) {
-  std::string s = n.to_stored(module + ".");
-  s.pop_back();
-  return s;
-}
-
-// Whether a 2-D weight is a Linear's, not an embedding table's
-// (embed_tokens, a vision tower's position_embedding).
-bool linear_module(const std::string& module) {
-  const size_t dot = module.rfind('.');
-  return module.find("embed", dot == std::string::npos ? 0 : dot) == std::string::npos;
-}
-
 // The tensors of the model as it is now, for everything the pipeline does not
 // write as quantized: norms (SmoothQuant and AWQ rescale them), biases and
 // Linears left in full precision (AWQ may have rescaled those too), in the
@@ -79,11 +64,12 @@ void export_stage(QuantizeRun& r) {
   std::vector<std::string> ignore = {"lm_head"};
   std::set<std::string> quantized;
   for (const auto& [name, _] : r.plan.linears) quantized.insert(name);
+  export_vision_linears(r, ck, quantized);
   for (const std::string& name : ck.names()) {
     const std::string suffix = ".weight";
     const bool is_weight = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     const std::string module = is_weight ? name.substr(0, name.size() - suffix.size()) : "";
-    if (is_weight && ck.info(name).shape.size() == 2 && linear_module(module) && name != "lm_head.weight" &&
+    if (is_weight && ck.info(name).shape.size() == 2 && is_linear_module(module) && name != "lm_head.weight" &&
         !quantized.count(module))
       ignore.push_back(module);
     if (r.written.count(name)) continue;
@@ -101,11 +87,12 @@ void export_stage(QuantizeRun& r) {
   // language model may live under "model.language_model." or
   // "language_model.model.").
   const TensorNaming& naming = ck.naming();
-  for (std::string& m : ignore) m = stored_module(naming, m);
+  for (std::string& m : ignore) m = naming.module_to_stored(m);
   for (ExportGroup& g : ec.groups)
     for (std::string& t : g.targets)
-      if (t.compare(0, 6, "model.") == 0 || t == "lm_head") t = stored_module(naming, t);
+      if (t.compare(0, 6, "model.") == 0 || t == "lm_head") t = naming.module_to_stored(t);
   ec.ignore = ignore;
+  for (ExportGroup& g : vision_export_groups(r.vision, naming)) ec.groups.push_back(std::move(g));
   format.write_config(ec, config, out);
   write_file_atomic(out / "config.json", config.dump(2) + "\n");
   for (const char* f : kCopiedFiles)

@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "core/error.h"
 #include "core/weight_residency.h"
+#include "formats/hf/model_tensors.h"
 #include "quantizers/device_quantizers.h"
 #include "runtime/device_runtime.h"
 #include "runtime/finite_weights.h"
@@ -44,6 +45,11 @@ void load_stage(QuantizeRun& r) {
 void plan_stage(QuantizeRun& r) {
   const QuantizeJob& job = r.job;
   r.plan = make_quantize_plan(r.recipe, *r.model);
+  if (r.recipe.vision) {
+    Checkpoint ck = Checkpoint::open(r.rm.dir);
+    apply_hf_tensor_naming(r.cfg, ck);
+    r.vision = plan_vision_linears(r.recipe, r.cfg, ck, *r.plan.format, r.log);
+  }
   if (job.device != device::Kind::Cpu && (r.plan.awq || r.plan.smoothquant))
     rt::refuse_sparse_on_device(*r.model, std::string(r.plan.awq ? "AWQ" : "SmoothQuant") + " with --device " +
                                               device::kind_name(job.device));

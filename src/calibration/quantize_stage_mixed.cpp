@@ -45,6 +45,7 @@ std::string dry_run_text(const QuantizeRun& r) {
   char buf[512];
   size_t w = 6;
   for (const auto& [name, _] : r.plan.linears) w = std::max(w, name.size());
+  for (const VisionLinear& v : r.vision) w = std::max(w, v.module.size());
   uint64_t total = 0;
   for (const auto& [name, p] : r.plan.linears) {
     // The plan's map is ordered by name; shapes come from the model.
@@ -66,6 +67,21 @@ std::string dry_run_text(const QuantizeRun& r) {
   }
   std::snprintf(buf, sizeof buf, "total: %zu Linears, %llu bytes (%s, %s)\n", r.plan.linears.size(),
                 static_cast<unsigned long long>(total), r.plan.method.c_str(), r.plan.format->name());
+  out += buf;
+  if (r.vision.empty()) return out;
+  // The vision side the recipe's vision: section quantizes (round to nearest).
+  uint64_t vision_total = 0;
+  for (const VisionLinear& v : r.vision) {
+    const PlannedLinear& p = v.plan;
+    const uint64_t b = compressed_tensors_linear_bytes(p.weights, p.act ? &*p.act : nullptr, v.rows, v.cols, false);
+    vision_total += b;
+    std::snprintf(buf, sizeof buf, "%-*s  %-36s %12llu%s\n", static_cast<int>(w), v.module.c_str(),
+                  (p.weights.describe() + (p.act ? " / " + p.act->describe() : std::string())).c_str(),
+                  static_cast<unsigned long long>(b), v.note.empty() ? "" : "  (per channel: group size does not divide)");
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "vision: %zu Linears, %llu bytes (rtn)\n", r.vision.size(),
+                static_cast<unsigned long long>(vision_total));
   return out + buf;
 }
 

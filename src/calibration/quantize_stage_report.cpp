@@ -102,6 +102,7 @@ void report_stage(QuantizeRun& r) {
                       {"max_error", l.max_error}});
   report["layers"] = layers;
   report["linears"] = r.linear_reports;
+  report["vision"] = r.vision_reports;  // null unless the recipe's vision: section quantized the vision side
   double weights = 0, bits = 0;
   for (const auto& l : r.linear_reports) {
     const double n = l["shape"][0].get<double>() * l["shape"][1].get<double>();

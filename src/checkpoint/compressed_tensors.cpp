@@ -562,7 +562,9 @@ std::string attn_module(int64_t layer) { return "model.layers." + std::to_string
 
 // The config group that claims a module, with compressed-tensors'
 // precedence: an exact module name, then a "re:" pattern, then a class name.
-nlohmann::json group_of(const nlohmann::json& qcfg, const std::string& module) {
+// Targets are written in the checkpoint's own spelling (`stored`), which a
+// vision-language checkpoint's working names (`module`) may not share.
+nlohmann::json group_of(const nlohmann::json& qcfg, const std::string& module, const std::string& stored) {
   if (!qcfg.contains("config_groups") || !qcfg["config_groups"].is_object())
     throw invalid_input(module, "quantization_config has no config_groups");
   const nlohmann::json* best = nullptr;
@@ -572,9 +574,11 @@ nlohmann::json group_of(const nlohmann::json& qcfg, const std::string& module) {
     for (const auto& t : g.value("targets", nlohmann::json::array())) {
       if (!t.is_string()) continue;
       const std::string target = t.get<std::string>();
-      if (!recipe_matches(target, module)) continue;
-      const int rank = target == module ? 3 : target.rfind("re:", 0) == 0 ? 2 : 1;
-      if (rank > best_rank) best = &g, best_rank = rank;
+      for (const std::string* m : {&stored, &module}) {
+        if (!recipe_matches(target, *m)) continue;
+        const int rank = target == *m ? 3 : target.rfind("re:", 0) == 0 ? 2 : 1;
+        if (rank > best_rank) best = &g, best_rank = rank;
+      }
     }
   }
   if (!best) throw invalid_input(module, "no config group of quantization_config targets this module");
@@ -643,7 +647,8 @@ class CompressedTensorsFormat final : public CheckpointFormat {
   std::optional<ReadLinear> read_linear(const Checkpoint& ck, const std::string& prefix,
                                         const nlohmann::json& qcfg) const override {
     if (!ck.contains(prefix + ".weight_packed") && !ck.contains(prefix + ".weight_scale")) return std::nullopt;
-    CompressedTensorsLinear r = read_compressed_tensors_any(ck, prefix, group_of(qcfg, prefix), qcfg.value("format", ""));
+    CompressedTensorsLinear r = read_compressed_tensors_any(
+        ck, prefix, group_of(qcfg, prefix, ck.naming().module_to_stored(prefix)), qcfg.value("format", ""));
     return ReadLinear{std::move(r.q), std::move(r.act), false};
   }
   KvScales read_kv_scales(const Checkpoint& ck, int64_t layer) const override {

@@ -126,13 +126,23 @@ EvalRun run_eval(const EvalRequest& req, ThreadPool& pool, const std::function<v
   const bool images = rt::jsonl_names_images(req.text);
   if (images && !model->config().vlm)
     throw invalid_input(req.text, "the records name images, but " + req.model + " is not a vision-language model");
-  const std::vector<Span> spans =
-      images ? image_text_spans(req.text, *tok,
-                                rt::make_image_sequencer(*model, model->source(),
-                                                         tok->bos_id() >= 0 ? std::optional<int32_t>(tok->bos_id())
-                                                                            : std::nullopt),
-                                max_ctx, p)
-             : make_spans(*tok, text, p, max_ctx, req.text);
+  const std::optional<int32_t> bos = tok->bos_id() >= 0 ? std::optional<int32_t>(tok->bos_id()) : std::nullopt;
+  std::vector<Span> spans = images ? image_text_spans(req.text, *tok, rt::make_image_sequencer(*model, model->source(), bos),
+                                                      max_ctx, p)
+                                   : make_spans(*tok, text, p, max_ctx, req.text);
+  if (images && base) {
+    // The baseline sees each image through its own vision side: a quantized
+    // vision tower's rows are part of what is measured.
+    const std::vector<Span> base_spans =
+        image_text_spans(req.text, *tok, rt::make_image_sequencer(*base, base->source(), bos), max_ctx, p);
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (base_spans[i].tokens != spans[i].tokens)
+        throw invalid_input(req.baseline, "the baseline lays out record " + std::to_string(i + 1) +
+                                              "'s image in a different number of tokens than " + req.model +
+                                              " (its vision config differs)");
+      spans[i].base_mm = base_spans[i].mm;
+    }
+  }
   if (!req.kv_calibration.empty()) {
     PplOptions cp = p;
     cp.max_spans = 4;

@@ -118,10 +118,10 @@ bool all_finite(const float* x, int64_t n) {
 // or, when `dev` is given, by the device decoder; returns the seconds taken.
 // calib: the per-layer K/V maxima an NVFP4 cache's global scales come from
 // (computed once per evaluation).
-double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const rt::KvFormat& kv,
-                const std::vector<std::pair<float, float>>& calib, ThreadPool& pool, std::vector<float>& logits,
-                uint64_t* kv_bytes_per_token) {
-  if (dev && s.mm) throw unsupported("eval", "image-and-text records run on the CPU only (--device cpu)");
+double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const rt::MultimodalInputs* mm,
+                const rt::KvFormat& kv, const std::vector<std::pair<float, float>>& calib, ThreadPool& pool,
+                std::vector<float>& logits, uint64_t* kv_bytes_per_token) {
+  if (dev && mm) throw unsupported("eval", "image-and-text records run on the CPU only (--device cpu)");
   if (dev) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     std::vector<uint8_t> want(static_cast<size_t>(n));
@@ -137,7 +137,7 @@ double run_span(const rt::Model& m, rt::DeviceDecoder* dev, const Span& s, const
   const int32_t seq = cache.add_sequence();
   rt::Batch b;
   const int64_t n = static_cast<int64_t>(s.tokens.size());
-  rt::add_sequence(b, s.tokens, seq, s.mm.get(), s.first_scored, n - 1);
+  rt::add_sequence(b, s.tokens, seq, mm, s.first_scored, n - 1);
   auto t0 = std::chrono::steady_clock::now();
   m.forward(b, cache, logits, pool);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -187,9 +187,10 @@ EvalResult evaluate(const rt::Model& model, const rt::Model* baseline, const std
   }
   for (size_t si = 0; si < spans.size(); ++si) {
     const Span& s = spans[si];
-    r.seconds += run_span(model, dev.get(), s, o.kv_dtype, calib, pool, logits, &r.kv_bytes_per_token);
+    r.seconds += run_span(model, dev.get(), s, s.mm.get(), o.kv_dtype, calib, pool, logits, &r.kv_bytes_per_token);
     if (baseline)
-      r.base_seconds += run_span(*baseline, base_dev.get(), s, o.base_kv, base_calib, pool, base_logits, &r.base_kv_bytes_per_token);
+      r.base_seconds += run_span(*baseline, base_dev.get(), s, s.base_mm ? s.base_mm.get() : s.mm.get(), o.base_kv,
+                                 base_calib, pool, base_logits, &r.base_kv_bytes_per_token);
     for (int64_t k = 0; k < s.scored(); ++k) position.push_back(s.first_scored + k);
     r.tokens_processed += static_cast<int64_t>(s.tokens.size());
     // Per scored token, independently (so any thread count gives the same

@@ -61,6 +61,9 @@ struct Span {
   int64_t first_scored = 0;
   // An image-and-text record's image rows and positions (nullptr: text).
   std::shared_ptr<const rt::MultimodalInputs> mm = nullptr;
+  // The same image through the baseline's own vision side, when it differs
+  // from the evaluated model's (a quantized vision tower); nullptr: mm.
+  std::shared_ptr<const rt::MultimodalInputs> base_mm = nullptr;
   int64_t scored() const { return static_cast<int64_t>(tokens.size()) - 1 - first_scored; }
 };
 

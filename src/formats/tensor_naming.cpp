@@ -29,6 +29,12 @@ bool TensorNaming::identity() const {
 
 std::string TensorNaming::to_stored(const std::string& name) const { return rename<true>(prefixes, name); }
 
+std::string TensorNaming::module_to_stored(const std::string& module) const {
+  std::string s = to_stored(module + ".");  // the prefixes end in a dot
+  s.pop_back();
+  return s;
+}
+
 std::string TensorNaming::to_working(const std::string& stored) const { return rename<false>(prefixes, stored); }
 
 }  // namespace qf

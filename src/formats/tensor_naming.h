@@ -22,6 +22,9 @@ struct TensorNaming {
   // The stored spelling of a working name: the pair with the longest working
   // prefix that starts it.
   std::string to_stored(const std::string& name) const;
+  // The stored spelling of a module name (a tensor name without its last
+  // component: "lm_head" of a LLaVA checkpoint is "language_model.lm_head").
+  std::string module_to_stored(const std::string& module) const;
   // The working spelling of a stored name: the pair with the longest stored
   // prefix that starts it.
   std::string to_working(const std::string& stored) const;

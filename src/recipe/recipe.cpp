@@ -264,6 +264,7 @@ class Parser : public YamlReader {
   void parse_calibration(const Entry& e, CalibrationSpec& c);
   void parse_export(const Entry& e, ExportSpec& x);
   void parse_mixed_precision(const Entry& e, Recipe& r);
+  void parse_vision(const Entry& e, Recipe& r);
   void check_mixed_precision(const Entry& e, const Recipe& r);
 
   // The recipe has a mixed_precision section: its quantizer takes its schemes from there.
@@ -330,6 +331,8 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
       parse_export(e, r.export_);
     } else if (k == "mixed_precision") {
       parse_mixed_precision(e, r);
+    } else if (k == "vision") {
+      parse_vision(e, r);
     } else if (k == "args") {
       // llm-compressor's recipe args: stored by it, not used by quantforge.
       if (!e.value.IsNull() && !e.value.IsMap()) fail(e.value, "args: expected a mapping, got " + got(e.value));
@@ -343,9 +346,10 @@ Recipe Parser::parse(const YAML::Node& root, const YAML::Mark& root_mark) {
                            " at the top level (put it under a stage and a group: 'quant_stage: quant_modifiers: " + k +
                            ": ...')");
     } else {
-      const std::string c = closest_word(k, {"calibration", "export", "args", "quant_stage", "mixed_precision"});
+      const std::string c =
+          closest_word(k, {"calibration", "export", "args", "quant_stage", "mixed_precision", "vision"});
       fail(e.key_node, "unknown key " + quote(k) + " (" +
-                           (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, mixed_precision, args")
+                           (c.empty() ? std::string("valid keys: <name>_stage, calibration, export, mixed_precision, vision, args")
                                       : "did you mean " + quote(c) + "?") +
                            ")");
     }
@@ -948,6 +952,32 @@ void Parser::parse_export(const Entry& e, ExportSpec& x) {
       fail(s, "export.shard_size: expected a size such as 5GB, 500MB, 4GiB or a byte count, got " + got(s));
     x.max_shard_bytes = bytes;
   }
+}
+
+void Parser::parse_vision(const Entry& e, Recipe& r) {
+  static const std::vector<std::string> keys = {"tower", "projector"};
+  Entries a = entries(e.value, "vision", &keys);
+  reject_null(a, "vision", {"tower", "projector"});
+  VisionQuantSpec v;
+  v.where = pos(mark(e.key_node));
+  for (const char* k : {"tower", "projector"}) {
+    if (!a.has(k)) continue;
+    const YAML::Node n = a.get(k);
+    const std::string path = std::string("vision.") + k;
+    const std::string name = upper(as_string(n, path));
+    if (name == "KEEP") continue;
+    const std::string where = pos(mark(n));
+    // Round to nearest without calibration: weight-only int8, or FP8 with
+    // per-token input scales computed at run time. Static input scales
+    // (FP8, W8A8's tensor variants) would need the vision side's inputs
+    // observed, which calibration does not do.
+    ModifierSpec::Group g = make_preset_group(name, {}, std::string("vision_") + k, where, path + ": ");
+    if (name != "W8A16" && name != "FP8_DYNAMIC")
+      fail(n, path + ": " + quote(name) + " is not offered for the vision side (keep, W8A16 or FP8_DYNAMIC)",
+           ErrorKind::Unsupported);
+    (std::string(k) == "tower" ? v.tower : v.projector) = std::move(g);
+  }
+  r.vision = std::move(v);
 }
 
 void Parser::parse_mixed_precision(const Entry& e, Recipe& r) {

@@ -177,11 +177,22 @@ struct MixedPrecisionSpec {
   int64_t probe_items = 0;
 };
 
+// quantforge's `vision:` section (docs/vlm.md, "Quantizing the vision
+// side"): a vision-language model's vision tower and projector rounded to
+// nearest in one of the presets offered for them (W8A16, FP8_DYNAMIC) and
+// written as their own config groups. Absent, or `keep`: written as stored.
+struct VisionQuantSpec {
+  std::string where;                              // "FILE:LINE:COL" of the section's key
+  std::optional<ModifierSpec::Group> tower;       // `tower:` (nullopt: kept)
+  std::optional<ModifierSpec::Group> projector;   // `projector:` (the merger for Qwen2-VL)
+};
+
 struct Recipe {
   std::vector<ModifierSpec> modifiers;    // in recipe order, across stages
   CalibrationSpec calibration;
   ExportSpec export_;
   std::optional<MixedPrecisionSpec> mixed_precision;
+  std::optional<VisionQuantSpec> vision;
   std::string source;                     // the file name (or the name given to parse_recipe_text)
   std::string text;                       // the recipe text as read (exporters copy it as recipe.yaml)
 };

@@ -7,7 +7,8 @@
 # processor files, for W4A16 GPTQ, AWQ, FP8 and NVFP4; calibration with image
 # records runs the images through the vision side; eval scores the text of
 # image records given the image, against the f16 model; the outputs load
-# back in the runtime.
+# back in the runtime; the recipe's vision: section quantizes the vision
+# tower and projector instead.
 source "$(dirname "$0")/lib.sh"
 
 vlm="$SRC/tests/data/vlm"
@@ -104,6 +105,42 @@ done
 check changed "$WORK/w4-gptq-img-qwen2-vl/model.safetensors" "$WORK/w4-gptq-txt-qwen2-vl/model.safetensors" \
   model.layers.0.self_attn.q_proj.weight_packed \
   && ok "image calibration changes the GPTQ codes" || fail "image calibration left the codes as text-only calibration's"
+
+# The vision side quantized on request: the tower W8A16 (per channel where
+# 128 does not divide the 64-wide stream, with a log line), the projector
+# FP8_DYNAMIC, under the current names. The language model comes out as
+# without the section, so against the output with the vision side kept the
+# KL on image records is the vision side's alone: above zero only because
+# the baseline runs the images through its own vision tower.
+vrec="$WORK/vision.yaml"
+{ cat "$rec/w4-gptq.yaml"; printf 'vision:\n  tower: W8A16\n  projector: FP8_DYNAMIC\n'; } >"$vrec"
+for m in "$WORK/qwen-new" "$WORK/llava-new"; do
+  b=$(basename "$m")
+  "$QF" quantize "$m" --recipe "$vrec" --calib "$calib_txt" -o "$WORK/vq-$b" >/dev/null 2>"$WORK/vq.err" \
+    || { fail "quantize $b with vision: $(cat "$WORK/vq.err")"; continue; }
+  grep -q "^vision tower: .* Linears with 64 input columns .* not divisible by the group size 128: quantized with one scale per output channel instead" "$WORK/vq.err" \
+    && grep -q "^vision: .* Linears quantized by round to nearest" "$WORK/vq.err" \
+    && ok "$b vision: the per-channel fallback said" || fail "$b vision log: $(cat "$WORK/vq.err")"
+  out=$(check quantized "$m" "$WORK/vq-$b" 2>&1) && ok "vq-$b: $out" || fail "vq-$b: $out"
+  $PY - "$WORK/vq-$b/model.safetensors" "$WORK/w4-gptq-$b/model.safetensors" "$SRC/tests/cli" <<'PYEOF' \
+    && ok "vq-$b: the language model as without the vision section" || fail "vq-$b: the language model differs"
+import sys
+sys.path.insert(0, sys.argv[3])
+from codes_differ import load
+(da, ha), (db, hb) = load(sys.argv[1]), load(sys.argv[2])
+lm = [k for k in ha if ".layers." in k and "vision" not in k and "visual" not in k]
+assert lm and all(da[slice(*ha[k]["data_offsets"])] == db[slice(*hb[k]["data_offsets"])] for k in lm)
+PYEOF
+  k_f16=$(kl_records "$WORK/vq-$b" "$m") && k_own=$(kl_records "$WORK/vq-$b" "$WORK/w4-gptq-$b") \
+    && $PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert 0 < b < a, (a, b)' "$k_f16" "$k_own" \
+    && ok "vq-$b: KL on image records $k_f16 against f16, $k_own against the same language model with the vision side kept" \
+    || fail "vq-$b: KL ${k_f16:-?} ${k_own:-?}"
+done
+# Not on a text model; not in a format with one scheme per model.
+expect_exit 3 "has no vision tower" -- "$QF" quantize "$SRC/tests/data/fixture-llama" --recipe "$vrec" --calib "$calib_txt" -o "$WORK/bad3"
+sed 's/format: compressed-tensors/format: gptq/' "$vrec" >"$WORK/vision-gptq.yaml"
+expect_exit 4 "holds one scheme" -- "$QF" quantize "$qwen" --recipe "$WORK/vision-gptq.yaml" --calib "$calib_txt" -o "$WORK/bad4"
+[[ ! -e "$WORK/bad3" && ! -e "$WORK/bad4" ]] && ok "no output for a refused vision section" || fail "output left by a refused vision section"
 
 # Bad input: an image record for a text model, a missing image, the device.
 printf '{"image": "nope.png", "text": "x y z"}\n' >"$WORK/missing.jsonl"

@@ -12,6 +12,16 @@
                                      (2-D weights that are not embeddings)
                                      and the lm_head, as OUT's tensors name
                                      them
+  vlm_check.py quantized SRC OUT     (recipe vision: {tower: W8A16,
+                                     projector: FP8_DYNAMIC}) every vision
+                                     Linear of SRC is stored quantized in OUT
+                                     (int8 packed, or FP8 with per-token
+                                     inputs), targeted by name, as OUT spells
+                                     it, by exactly one config group of that
+                                     scheme (per channel where 128 does not
+                                     divide its columns, else group 128); the
+                                     other vision tensors are byte-identical;
+                                     ignore is the lm_head alone
   vlm_check.py changed A B TENSOR    TENSOR's bytes differ between the
                                      safetensors files A and B
 """
@@ -90,10 +100,50 @@ def kept(src, out):
     print(len(vision), 'vision tensors kept,', len(want), 'vision Linears ignored')
 
 
+def quantized(src, out):
+    sd, sh = load(os.path.join(src, 'model.safetensors'))
+    od, oh = load(os.path.join(out, 'model.safetensors'))
+    vision = [k for k in sh if k.startswith(VISION_PREFIXES)]
+    linears = sorted(k[:-len('.weight')] for k in vision
+                     if k.endswith('.weight') and len(sh[k]['shape']) == 2 and 'embed' not in k.rsplit('.', 2)[-2])
+    assert linears, 'no vision Linears in ' + src
+    qc = json.load(open(os.path.join(out, 'config.json')))['quantization_config']
+    head = 'language_model.lm_head' if 'language_model.lm_head.weight' in sh else 'lm_head'
+    assert qc['ignore'] == [head], qc['ignore']
+    owner = {}
+    for name, g in qc['config_groups'].items():
+        for t in g['targets']:
+            if t != 'Linear':
+                assert t not in owner, t + ' is targeted twice'
+                owner[t] = g
+    assert sorted(owner) == linears, sorted(set(owner) ^ set(linears))
+    per_channel = 0
+    for m in linears:
+        g, (rows, cols) = owner[m], sh[m + '.weight']['shape']
+        w, a = g['weights'], g['input_activations']
+        if 'projector' in m or '.merger.' in m:
+            assert (w['type'], w['num_bits'], w['strategy']) == ('float', 8, 'channel'), (m, w)
+            assert a and (a['type'], a['strategy'], a['dynamic']) == ('float', 'token', True), (m, a)
+            assert g['format'] == 'float-quantized', (m, g['format'])
+            assert oh[m + '.weight']['dtype'] == 'F8_E4M3' and oh[m + '.weight_scale']['shape'] == [rows, 1], m
+        else:
+            assert (w['type'], w['num_bits'], w['symmetric']) == ('int', 8, True) and a is None, (m, w, a)
+            want = ('group', 128) if cols % 128 == 0 else ('channel', None)
+            per_channel += want[0] == 'channel'
+            assert (w['strategy'], w['group_size']) == want, (m, cols, w)
+            assert g['format'] == 'pack-quantized', (m, g['format'])
+            assert m + '.weight' not in oh and oh[m + '.weight_packed']['shape'] == [rows, cols // 4], m
+            assert oh[m + '.weight_shape']['dtype'] == 'I64', m
+    kept = [k for k in vision if k[:-len('.weight')] not in linears]
+    for k in kept:
+        assert tensor_bytes(sd, sh[k]) == tensor_bytes(od, oh[k]), 'changed ' + k
+    print(len(linears), 'vision Linears quantized (' + str(per_channel), 'per channel),', len(kept), 'other vision tensors kept')
+
+
 def changed(a, b, name):
     (da, ha), (db, hb) = load(a), load(b)
     assert tensor_bytes(da, ha[name]) != tensor_bytes(db, hb[name]), name + ' is the same in both'
 
 
 if __name__ == '__main__':
-    {'rename': rename, 'kept': kept, 'changed': changed}[sys.argv[1]](*sys.argv[2:])
+    {'rename': rename, 'kept': kept, 'quantized': quantized, 'changed': changed}[sys.argv[1]](*sys.argv[2:])

@@ -78,6 +78,14 @@ class ClipVision final : public VisionTower {
       l.qkv.out = 3 * E;
       for (const char* n : {"q_proj", "k_proj", "v_proj"}) {
         DenseLinear part = vision::load_linear(t, b + "self_attn." + n, E, E, true, why);
+        // One product for the three needs one input quantizer (vLLM fuses
+        // them into qkv_proj under one scheme too).
+        if (n[0] == 'q') l.qkv.act = part.act;
+        else if (part.act.has_value() != l.qkv.act.has_value() ||
+                 (part.act && (part.act->scheme.describe() != l.qkv.act->scheme.describe() ||
+                                  part.act->scale != l.qkv.act->scale || part.act->global_scale != l.qkv.act->global_scale)))
+          throw unsupported(t.where(), b + "self_attn." + n + " quantizes its input differently from q_proj; q, k "
+                                       "and v share one input quantizer");
         l.qkv.w.insert(l.qkv.w.end(), part.w.begin(), part.w.end());
         l.qkv.b.insert(l.qkv.b.end(), part.b.begin(), part.b.end());
       }
@@ -242,7 +250,7 @@ ClipVisionConfig parse_clip_vision_config(const ModelConfig& cfg, const std::str
 std::unique_ptr<VisionTower> load_clip_vision(const ModelConfig& cfg, const Checkpoint& ck, const std::string& where) {
   const ClipVisionConfig c = parse_clip_vision_config(cfg, where);
   vision::check_layer_count(ck, kPrefix + "encoder.layers.", c.layers, where, "vision_config.num_hidden_layers");
-  return std::make_unique<ClipVision>(c, vision::VisionTensors(ck, where));
+  return std::make_unique<ClipVision>(c, vision::VisionTensors(cfg, ck, where));
 }
 
 }  // namespace qf::rt

@@ -282,7 +282,7 @@ std::unique_ptr<VisionTower> load_qwen2_vl_vision(const ModelConfig& cfg, const 
                                                   const std::string& where) {
   const Qwen2VLVisionConfig c = parse_qwen2_vl_vision_config(cfg, where);
   vision::check_layer_count(ck, "visual.blocks.", c.depth, where, "vision_config.depth");
-  return std::make_unique<Qwen2VLVision>(c, vision::VisionTensors(ck, where));
+  return std::make_unique<Qwen2VLVision>(c, vision::VisionTensors(cfg, ck, where));
 }
 
 }  // namespace qf::rt

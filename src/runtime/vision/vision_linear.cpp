@@ -4,6 +4,7 @@
 // each Linear at once, so tiling the tokens too keeps a tile's inputs and
 // weights in cache instead of streaming every patch once per row tile.
 #include <algorithm>
+#include <vector>
 
 #include "runtime/cpu/kernels.h"
 #include "runtime/vision/vision_ops.h"
@@ -11,6 +12,12 @@
 namespace qf::rt::vision {
 
 void linear_forward(const DenseLinear& l, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  std::vector<float> xq;
+  if (l.act) {  // the input as the quantized Linear sees it
+    xq.assign(x, x + n * l.in);
+    quantize_activations(*l.act, xq.data(), n, l.in);
+    x = xq.data();
+  }
   constexpr int64_t kTokens = 96, kRows = 64;  // 96 = 16 blocks of 6 (AVX-512), 24 of 4 (AVX2)
   const int64_t token_tiles = (n + kTokens - 1) / kTokens, row_tiles = (l.out + kRows - 1) / kRows;
   pool.parallel_for(token_tiles * row_tiles, 1, [&](const Chunk& c) {

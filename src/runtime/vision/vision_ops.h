@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,18 +16,24 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
+#include "formats/hf/model_config.h"
+#include "quantizers/act_quant.h"
+
 namespace qf {
 class Checkpoint;
+class CheckpointFormat;
 }
 
 namespace qf::rt::vision {
 
 // Reads a checkpoint's vision tensors by working name (formats/hf/
 // model_tensors.h, apply_hf_tensor_naming), widened to f32. `where` (the
-// model folder) prefixes messages.
+// model folder) prefixes messages. With a quantization_config in `cfg`, its
+// format (checkpoint/checkpoint_format.h) reads the Linears it stores
+// quantized (a vision side quantized by the recipe's `vision:` section).
 class VisionTensors {
  public:
-  VisionTensors(const Checkpoint& ck, std::string where) : ck_(ck), where_(std::move(where)) {}
+  VisionTensors(const ModelConfig& cfg, const Checkpoint& ck, std::string where);
   // The tensor `name` with exactly `shape`: NotFound naming it when absent,
   // InvalidInput naming it and both shapes when its shape differs (`why`
   // says which config keys imply the expected one), Unsupported for a dtype
@@ -39,10 +46,14 @@ class VisionTensors {
   bool has(const std::string& name) const;
   const Checkpoint& checkpoint() const { return ck_; }
   const std::string& where() const { return where_; }
+  const CheckpointFormat* format() const { return format_; }  // nullptr: not quantized
+  const nlohmann::json& quantization_config() const { return qcfg_; }
 
  private:
   const Checkpoint& ck_;
   std::string where_;
+  const CheckpointFormat* format_ = nullptr;
+  nlohmann::json qcfg_;  // as the format reads it (CheckpointFormat::open)
 };
 
 // InvalidInput when a tensor of the checkpoint starts with `prefix` followed
@@ -51,10 +62,14 @@ class VisionTensors {
 void check_layer_count(const Checkpoint& ck, const std::string& prefix, int64_t layers, const std::string& where,
                        const std::string& config_key);
 
-// y[n, out] = x[n, in] W^T + b, W row-major [out, in] in f32.
+// y[n, out] = x[n, in] W^T + b, W row-major [out, in] in f32. A Linear
+// stored quantized holds its decoded weight, and its input quantizer when
+// the scheme quantizes inputs (applied to x first, as the language model's
+// Linears do: quantizers/act_quant.h).
 struct DenseLinear {
   int64_t in = 0, out = 0;
   std::vector<float> w, b;  // b empty: no bias
+  std::optional<ActQuantParams> act;
 };
 DenseLinear load_linear(const VisionTensors& t, const std::string& prefix, int64_t out, int64_t in, bool bias,
                         const std::string& why);

@@ -4,18 +4,37 @@
 // garbage or reading out of bounds.
 #include <cstdlib>
 
+#include <filesystem>
+
+#include "checkpoint/checkpoint_format.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "runtime/vision/vision_ops.h"
 
 namespace qf::rt::vision {
 
+VisionTensors::VisionTensors(const ModelConfig& cfg, const Checkpoint& ck, std::string where)
+    : ck_(ck), where_(std::move(where)) {
+  if (!cfg.quantization_config) return;
+  const std::string cfg_file = (std::filesystem::path(where_) / "config.json").string();
+  const std::string method = cfg.quantization_config->value("quant_method", "");
+  format_ = find_checkpoint_format(method);
+  if (!format_)
+    throw unsupported(cfg_file, "quant_method '" + method + "' is not supported by the runtime (" +
+                                    checkpoint_format_names() + ")");
+  qcfg_ = format_->open(where_, *cfg.quantization_config, cfg_file).qcfg;
+}
+
 bool VisionTensors::has(const std::string& name) const { return ck_.contains(name); }
 
 void VisionTensors::check_if_present(const std::string& name, const Shape& shape, const std::string& why) const {
   if (!ck_.contains(name)) return;
   const TensorInfo& info = ck_.info(name);
-  if (info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16)
+  // An FP8 weight of a quantized Linear keeps the Linear's shape; its
+  // format reads it (load_linear).
+  const bool quantized_weight = format_ && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 &&
+                                ck_.contains(name.substr(0, name.size() - 7) + ".weight_scale");
+  if (!quantized_weight && info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16)
     throw unsupported(where_, "tensor '" + name + "' is " + dtype_name(info.dtype) +
                                   "; the vision tower is read from float32, float16 or bfloat16 weights only");
   if (info.shape != shape)
@@ -50,7 +69,18 @@ DenseLinear load_linear(const VisionTensors& t, const std::string& prefix, int64
   DenseLinear l;
   l.in = in;
   l.out = out;
-  l.w = t.get(prefix + ".weight", {out, in}, why);
+  std::optional<ReadLinear> q;
+  if (t.format()) q = t.format()->read_linear(t.checkpoint(), prefix, t.quantization_config());
+  if (q) {
+    if (q->q.rows != out || q->q.cols != in)
+      throw invalid_input(t.where(), "quantized Linear '" + prefix + "' is [" + std::to_string(q->q.rows) + ", " +
+                                         std::to_string(q->q.cols) + "], but " + why + " imply [" +
+                                         std::to_string(out) + ", " + std::to_string(in) + "]");
+    l.w = q->q.dequantize();
+    l.act = q->act;
+  } else {
+    l.w = t.get(prefix + ".weight", {out, in}, why);
+  }
   if (bias) l.b = t.get(prefix + ".bias", {out}, why);
   return l;
 }
