@@ -1,5 +1,5 @@
 // preprocess_image: the model's processor on one image; and the per-value
-// rescale and normalisation both processors share.
+// rescale and normalisation the processors share.
 #pragma GCC optimize("fp-contract=off")
 #include "runtime/vision/image_preprocess.h"
 
@@ -21,7 +21,12 @@ PixelValues preprocess_image(const ImagePreprocessConfig& cfg, const ImageU8& im
   check_image_size(image.width, image.height, "image");
   if (image.rgb.size() != static_cast<size_t>(image.width * image.height * 3))
     throw invalid_input("image", "holds " + std::to_string(image.rgb.size()) + " bytes, not width * height * 3");
-  return cfg.kind == ImageProcessorKind::Qwen2VL ? qwen2_vl_pixel_values(cfg, image) : clip_pixel_values(cfg, image);
+  switch (cfg.kind) {
+    case ImageProcessorKind::Qwen2VL: return qwen2_vl_pixel_values(cfg, image);
+    case ImageProcessorKind::LlavaNext: return llava_next_pixel_values(cfg, image);
+    case ImageProcessorKind::Clip: break;
+  }
+  return clip_pixel_values(cfg, image);
 }
 
 }  // namespace qf::rt

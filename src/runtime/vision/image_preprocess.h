@@ -3,7 +3,7 @@
 // then an 8-bit RGB image turned into the pixel values a vision tower reads,
 // equal bit for bit to transformers' own.
 //
-// Both processors resize with Pillow (formats/image/pil_resize.h) on uint8,
+// The processors resize with Pillow (formats/image/pil_resize.h) on uint8,
 // rescale in float64 and cast to float32 (image_transforms.rescale), then
 // normalise in float32 as (x - mean) / std with mean and std cast to float32
 // (image_transforms.normalize). The same operations in the same precision
@@ -26,9 +26,14 @@
 namespace qf::rt {
 
 enum class ImageProcessorKind {
-  Qwen2VL,  // Qwen2VLImageProcessor (Qwen2-VL, Qwen2.5-VL)
-  Clip,     // CLIPImageProcessor (LLaVA-1.5)
+  Qwen2VL,    // Qwen2VLImageProcessor (Qwen2-VL, Qwen2.5-VL)
+  Clip,       // CLIPImageProcessor (LLaVA-1.5)
+  LlavaNext,  // LlavaNextImageProcessor (LLaVA-NeXT): anyres tiles, each as CLIP's
 };
+
+// LLaVA-NeXT's image_grid_pinpoints: the (height, width) resolutions an
+// image may be tiled at, in the file's order.
+using GridPinpoints = std::vector<std::pair<int64_t, int64_t>>;
 
 struct ImagePreprocessConfig {
   ImageProcessorKind kind = ImageProcessorKind::Clip;
@@ -48,6 +53,9 @@ struct ImagePreprocessConfig {
   int64_t shortest_edge = 224, size_height = 0, size_width = 0;
   bool do_center_crop = true;
   int64_t crop_height = 224, crop_width = 224;
+  // LlavaNextImageProcessor: the CLIP keys above for every tile, and the
+  // resolutions (empty when the file has none: config.json's are taken).
+  GridPinpoints grid_pinpoints;
 };
 
 // preprocessor_config.json's object. `expected` is the processor the model
@@ -69,6 +77,10 @@ ImagePreprocessConfig load_image_preprocess_config(const std::filesystem::path& 
 //    Conv3d weight is flattened. grid_* count patches (before merging).
 //  - CLIP: shape [3, height, width] (channels first); grid_t = 1, grid_h and
 //    grid_w the image's height and width in pixels.
+//  - LLaVA-NeXT: shape [tiles, 3, crop, crop], the whole image first, then
+//    the tiles of the padded high-resolution image row by row; grid_t = 1,
+//    grid_h and grid_w the original image's height and width (transformers'
+//    image_sizes, which the model unpads to).
 struct PixelValues {
   std::vector<float> values;
   Shape shape;
@@ -78,6 +90,7 @@ struct PixelValues {
 PixelValues preprocess_image(const ImagePreprocessConfig& cfg, const ImageU8& image);
 PixelValues qwen2_vl_pixel_values(const ImagePreprocessConfig& cfg, const ImageU8& image);
 PixelValues clip_pixel_values(const ImagePreprocessConfig& cfg, const ImageU8& image);
+PixelValues llava_next_pixel_values(const ImagePreprocessConfig& cfg, const ImageU8& image);
 
 // Qwen2VLImageProcessor's smart_resize: the (height, width) nearest to the
 // image's that are multiples of `factor` (Python's round, halves to even),

@@ -2,16 +2,20 @@
 // fixtures (reference_vision.safetensors' lm.* record): the image-and-text
 // sequence this runtime lays out (tokens, Qwen2-VL's M-RoPE positions), the
 // vision side's rows in place of the image tokens, and the language model's
-// logits over the whole sequence.
+// logits over the whole sequence. LLaVA-NeXT: llava's language model with
+// the llava-next-vision fixture's vision side.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "formats/hf/model_tensors.h"
+#include "formats/image/image_file.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer/tokenizer.h"
 #include "runtime/model.h"
+#include "runtime/vision/anyres.h"
 #include "runtime/vision/multimodal_prompt.h"
 #include "test_util.h"
 
@@ -76,6 +80,65 @@ void check_record(const std::string& fixture) {
 
 TEST(MultimodalGolden, Qwen2VlImageTextRecord) { check_record("qwen2-vl"); }
 TEST(MultimodalGolden, LlavaImageTextRecord) { check_record("llava"); }
+
+// llava-next-vision holds the vision side only; with llava's language model
+// (the same text_config) it is a whole LLaVA-NeXT model, which the
+// reference's lm.* record was computed with: llava's caption after <s> and
+// as many <image> tokens as LlavaNextProcessor expands the image into.
+TEST(MultimodalGolden, LlavaNextImageTextRecord) {
+  const auto vlm = test::source_dir() / "tests" / "data" / "vlm";
+  const auto next = vlm / "llava-next-vision", llava = vlm / "llava";
+  test::TempDir dir;
+  for (const char* f : {"config.json", "preprocessor_config.json"}) std::filesystem::copy_file(next / f, dir / f);
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                        "generation_config.json"})
+    std::filesystem::copy_file(llava / f, dir / f);
+  {
+    SafetensorsWriter w(dir.path());
+    const Checkpoint lm = Checkpoint::open(llava), vision = Checkpoint::open(next);
+    for (const std::string& n : lm.names())
+      if (!is_vision_tensor(n)) w.add(n, lm.tensor(n));
+    for (const std::string& n : vision.names()) w.add(n, vision.tensor(n));
+    w.finish();
+  }
+  const SafetensorsFile ref = SafetensorsFile::open(next / "reference_vision.safetensors");
+  const auto model = rt::load_hf_model(dir.path());
+  const ModelConfig& cfg = model->config();
+  std::vector<int32_t> text;
+  for (float t : f32(ref, "lm.text_ids")) text.push_back(static_cast<int32_t>(t));
+  const auto image = vlm / ref.metadata().at("lm.image");
+  const rt::MultimodalSequence s = rt::make_image_sequencer(*model, dir.path(), 1)(image, text);
+
+  const std::vector<float> ids = f32(ref, "lm.input_ids");
+  ASSERT_EQ(s.tokens.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(s.tokens[i], static_cast<int32_t>(ids[i])) << "token " << i;
+  const ImageU8 img = read_image(image);
+  const rt::GridPinpoints pins = rt::parse_grid_pinpoints(cfg.raw["image_grid_pinpoints"], "config.json", "pinpoints");
+  const int64_t rows = rt::llava_next_feature_count(img.height, img.width, pins, 56, 14);
+  EXPECT_EQ(std::count(s.tokens.begin(), s.tokens.end(), static_cast<int32_t>(cfg.vlm->image_token_id)), rows);
+  EXPECT_EQ(s.first_text, 1 + rows);
+
+  const size_t n = ids.size();
+  ThreadPool pool(2);
+  rt::KvCache cache = model->make_cache(rt::KvDType::F16, static_cast<int64_t>(n));
+  rt::Batch b;
+  rt::add_sequence(b, s.tokens, cache.add_sequence(), &s.inputs, 0, static_cast<int64_t>(n));
+  std::vector<float> logits;
+  model->forward(b, cache, logits, pool);
+  const std::vector<float> want = f32(ref, "lm.logits");  // the last positions only
+  ASSERT_EQ(logits.size() % n, 0u);
+  const size_t vocab = logits.size() / n;
+  ASSERT_EQ(want.size() % vocab, 0u);
+  const size_t tail = logits.size() - want.size();
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(logits[tail + i] - want[i])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(want[i])));
+  }
+  EXPECT_LT(max_diff, 2e-3 * max_abs) << "max |logit| " << max_abs;  // check_record's bound
+  std::cout << "llava-next: " << rows << " image rows, last " << want.size() / vocab << " positions: max |diff| "
+            << max_diff << " of max |logit| " << max_abs << "\n";
+}
 
 }  // namespace
 }  // namespace qf

@@ -9,7 +9,9 @@
 //   temporal position s, height s + r, width s + c, where s is the number of
 //   tokens before it; the tokens after it resume at s + max(rows, columns)
 //   (transformers' get_rope_index for one image).
-// llava: [BOS] N x <image> text, ordinary positions.
+// llava, llava_next: [BOS] N x <image> text, ordinary positions (LLaVA-NeXT's
+//   N: the whole image's rows, the unpadded grid's and its image_newline
+//   rows, as LlavaNextProcessor counts them).
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "runtime/vision/anyres.h"
 #include "runtime/vision/image_preprocess.h"
 
 namespace qf::rt {
@@ -67,8 +68,19 @@ ImageProcessorKind kind_of(const std::string& type, const std::string& where, Im
   if (type.empty()) return expected;
   if (type == "Qwen2VLImageProcessor" || type == "Qwen2VLImageProcessorFast") return ImageProcessorKind::Qwen2VL;
   if (type == "CLIPImageProcessor" || type == "CLIPImageProcessorFast") return ImageProcessorKind::Clip;
+  if (type == "LlavaNextImageProcessor" || type == "LlavaNextImageProcessorFast") return ImageProcessorKind::LlavaNext;
   throw unsupported(where, "image_processor_type '" + printable_text(type) +
-                               "' is not supported (supported: Qwen2VLImageProcessor, CLIPImageProcessor)");
+                               "' is not supported (supported: Qwen2VLImageProcessor, CLIPImageProcessor, "
+                               "LlavaNextImageProcessor)");
+}
+
+const char* kind_name(ImageProcessorKind k) {
+  switch (k) {
+    case ImageProcessorKind::Qwen2VL: return "Qwen2VLImageProcessor";
+    case ImageProcessorKind::Clip: return "CLIPImageProcessor";
+    case ImageProcessorKind::LlavaNext: return "LlavaNextImageProcessor";
+  }
+  return "?";
 }
 
 void parse_qwen(const Keys& r, ImagePreprocessConfig& c) {
@@ -121,6 +133,16 @@ void parse_clip(const Keys& r, ImagePreprocessConfig& c) {
   }
 }
 
+// LlavaNextImageProcessor: CLIP's keys for the tiles, and the resolutions,
+// each a whole number of crop_size.height tiles (divide_to_patches' side).
+void parse_llava_next(const Keys& r, ImagePreprocessConfig& c) {
+  parse_clip(r, c);
+  if (const json* p = r.get("image_grid_pinpoints")) {
+    c.grid_pinpoints = parse_grid_pinpoints(*p, r.where, "image_grid_pinpoints");
+    check_grid_pinpoints(c.grid_pinpoints, c.crop_height, r.where, "crop_size.height");
+  }
+}
+
 }  // namespace
 
 ImagePreprocessConfig parse_image_preprocess_config(const json& j, const std::string& where,
@@ -134,11 +156,9 @@ ImagePreprocessConfig parse_image_preprocess_config(const json& j, const std::st
     c.processor_type = t->get<std::string>();
   }
   c.kind = kind_of(c.processor_type, where, expected);
-  if (c.kind != expected) {
-    const std::string want = expected == ImageProcessorKind::Qwen2VL ? "Qwen2VLImageProcessor" : "CLIPImageProcessor";
+  if (c.kind != expected)
     throw invalid_input(where, "image_processor_type '" + c.processor_type + "' is not the processor of this model (" +
-                                   want + ")");
-  }
+                                   kind_name(expected) + ")");
   r.boolean("do_resize", c.do_resize);
   r.boolean("do_rescale", c.do_rescale);
   r.boolean("do_normalize", c.do_normalize);
@@ -158,6 +178,8 @@ ImagePreprocessConfig parse_image_preprocess_config(const json& j, const std::st
   r.triple("image_std", c.image_std, true);
   if (c.kind == ImageProcessorKind::Qwen2VL)
     parse_qwen(r, c);
+  else if (c.kind == ImageProcessorKind::LlavaNext)
+    parse_llava_next(r, c);
   else
     parse_clip(r, c);
   return c;

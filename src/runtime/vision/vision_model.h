@@ -10,10 +10,11 @@
 //   ImageEmbedding e = vm.embed(read_image(path));  // e.n_rows x e.hidden
 //
 // Supported: qwen2_vl and qwen2_5_vl (Qwen2VLImageProcessor, the ViT and
-// patch merger; 2.5's window attention, RMSNorm and gated MLP) and llava
-// (CLIPImageProcessor, a CLIP tower and the projector). Refused with
-// Unsupported: llava_next (anyres tiling into several crops and
-// image_newline rows).
+// patch merger; 2.5's window attention, RMSNorm and gated MLP), llava
+// (CLIPImageProcessor, a CLIP tower and the projector) and llava_next
+// (LlavaNextImageProcessor's anyres tiles, each through the CLIP tower and
+// projector, packed into the full grid unpadded to the image's aspect with
+// image_newline rows; runtime/vision/anyres.h).
 #pragma once
 
 #include <filesystem>
@@ -38,7 +39,9 @@ class VisionModel {
   // `ck` (every one checked against vision_config; the weights are copied,
   // widened to f32, so `ck` need not outlive the model). InvalidInput for a
   // text-only model or when the processor's patch geometry disagrees with
-  // the tower's; errors name the file, key or tensor.
+  // the tower's (llava_next: image_grid_pinpoints missing from both
+  // config files, different in the two, or not whole tiles); errors name the
+  // file, key or tensor.
   static VisionModel load(const ModelConfig& cfg, const Checkpoint& ck, const std::filesystem::path& model_dir);
 
   const std::string& model_type() const { return model_type_; }
