@@ -24,6 +24,11 @@ check() { $PY "$SRC/tests/cli/vlm_check.py" "$@"; }
 check rename "$qwen" "$WORK/qwen-new" && check rename "$llava" "$WORK/llava-new" \
   && ok "renamed copies" || fail "rename"
 
+# LLaVA-NeXT: the LLaVA fixture's language model with the anyres vision side
+# of tests/data/vlm/llava-next-vision; its images are tiled (base tile +
+# grid, image_newline rows) in calibration and eval below.
+check assemble "$vlm/llava-next-vision" "$llava" "$WORK/llava-next" && ok "llava-next assembled" || fail "assemble llava-next"
+
 # inspect: the three parts, both namings.
 for m in "$qwen" "$WORK/qwen-new"; do
   "$QF" inspect "$m" >"$WORK/inspect.out" 2>&1 || fail "inspect $m: $(cat "$WORK/inspect.out")"
@@ -80,7 +85,7 @@ assert math.isfinite(k) and k > 0 and math.isfinite(j["ppl"]), j
 print(k)
 PYEOF
 }
-for m in "$qwen" "$llava"; do
+for m in "$qwen" "$llava" "$WORK/llava-next"; do
   b=$(basename "$m")
   for r in w4-gptq w4-awq; do
     "$QF" quantize "$m" --recipe "$rec/$r.yaml" --calib "$vlm/calibration.jsonl" -o "$WORK/$r-img-$b" \

@@ -4,6 +4,12 @@
                                      tensors under the names transformers uses
                                      since 4.52 (model.language_model.*,
                                      model.visual.* / model.vision_tower.*, ...)
+  vlm_check.py assemble VISION LM DST
+                                     DST = the model folder LM (its language
+                                     model and tokenizer) with the vision
+                                     side, config.json and
+                                     preprocessor_config.json of the
+                                     vision-only folder VISION
   vlm_check.py kept SRC OUT          every vision and projector tensor of SRC
                                      is in OUT under the same name, dtype,
                                      shape and bytes; the processor files are
@@ -65,6 +71,33 @@ def rename(src, dst):
     head += b' ' * (-len(head) % 8)
     with open(os.path.join(dst, 'model.safetensors'), 'wb') as f:
         f.write(struct.pack('<Q', len(head)) + head + data)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (header entry, bytes), written in name order."""
+    head, data = {}, b''
+    for k in sorted(tensors):
+        info, raw = tensors[k]
+        head[k] = {'dtype': info['dtype'], 'shape': info['shape'], 'data_offsets': [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(head, separators=(',', ':')).encode()
+    h += b' ' * (-len(h) % 8)
+    with open(path, 'wb') as f:
+        f.write(struct.pack('<Q', len(h)) + h + data)
+
+
+def assemble(vision, lm, dst):
+    shutil.copytree(lm, dst)
+    for f in ('config.json', 'preprocessor_config.json'):
+        shutil.copyfile(os.path.join(vision, f), os.path.join(dst, f))
+    vd, vh = load(os.path.join(vision, 'model.safetensors'))
+    ld, lh = load(os.path.join(lm, 'model.safetensors'))
+    tensors = {k: (v, tensor_bytes(ld, v)) for k, v in lh.items() if not k.startswith(VISION_PREFIXES)}
+    tensors.update({k: (v, tensor_bytes(vd, v)) for k, v in vh.items()})
+    write_safetensors(os.path.join(dst, 'model.safetensors'), tensors)
+    for f in os.listdir(dst):
+        if f.startswith('reference_') or f == 'training_report.json':
+            os.remove(os.path.join(dst, f))
 
 
 VISION_PREFIXES = ('visual.', 'vision_tower.', 'multi_modal_projector.', 'image_newline', 'model.visual.',
@@ -146,4 +179,4 @@ def changed(a, b, name):
 
 
 if __name__ == '__main__':
-    {'rename': rename, 'kept': kept, 'quantized': quantized, 'changed': changed}[sys.argv[1]](*sys.argv[2:])
+    {'rename': rename, 'assemble': assemble, 'kept': kept, 'quantized': quantized, 'changed': changed}[sys.argv[1]](*sys.argv[2:])

@@ -87,7 +87,7 @@ std::unique_ptr<VisionTower> load_llava_next_vision(const ModelConfig& cfg, cons
                              "fit (supported: default)");
   check_grid_pinpoints(pinpoints, c.image_size, where + "/config.json", "vision_config.image_size");
   std::unique_ptr<VisionTower> clip = load_clip_vision(cfg, ck, where);
-  const vision::VisionTensors t(ck, where);
+  const vision::VisionTensors t(cfg, ck, where);
   std::vector<float> newline =
       t.get("image_newline", {c.out_hidden}, "the text hidden_size " + std::to_string(c.out_hidden));
   return std::make_unique<LlavaNextVision>(c, std::move(clip), std::move(newline), pinpoints);
