@@ -27,6 +27,18 @@ std::vector<float> f32(const SafetensorsFile& f, const std::string& name) {
   return std::vector<float>(t.data_as<float>(), t.data_as<float>() + t.numel());
 }
 
+// The logits of every position of the sequence, with an f16 KV cache.
+std::vector<float> all_logits(const rt::Model& model, const rt::MultimodalSequence& s) {
+  const int64_t n = static_cast<int64_t>(s.tokens.size());
+  ThreadPool pool(2);
+  rt::KvCache cache = model.make_cache(rt::KvDType::F16, n);
+  rt::Batch b;
+  rt::add_sequence(b, s.tokens, cache.add_sequence(), &s.inputs, 0, n);
+  std::vector<float> logits;
+  model.forward(b, cache, logits, pool);
+  return logits;
+}
+
 void check_record(const std::string& fixture) {
   SCOPED_TRACE(fixture);
   const auto dir = test::source_dir() / "tests" / "data" / "vlm" / fixture;
@@ -53,12 +65,7 @@ void check_record(const std::string& fixture) {
   }
 
   // The logits of every position.
-  ThreadPool pool(2);
-  rt::KvCache cache = model->make_cache(rt::KvDType::F16, static_cast<int64_t>(n));
-  rt::Batch b;
-  rt::add_sequence(b, s.tokens, cache.add_sequence(), &s.inputs, 0, static_cast<int64_t>(n));
-  std::vector<float> logits;
-  model->forward(b, cache, logits, pool);
+  const std::vector<float> logits = all_logits(*model, s);
   const std::vector<float> want = f32(ref, "lm.logits");
   ASSERT_EQ(logits.size(), want.size());
   double max_diff = 0, max_abs = 0;
@@ -119,12 +126,7 @@ TEST(MultimodalGolden, LlavaNextImageTextRecord) {
   EXPECT_EQ(s.first_text, 1 + rows);
 
   const size_t n = ids.size();
-  ThreadPool pool(2);
-  rt::KvCache cache = model->make_cache(rt::KvDType::F16, static_cast<int64_t>(n));
-  rt::Batch b;
-  rt::add_sequence(b, s.tokens, cache.add_sequence(), &s.inputs, 0, static_cast<int64_t>(n));
-  std::vector<float> logits;
-  model->forward(b, cache, logits, pool);
+  const std::vector<float> logits = all_logits(*model, s);
   const std::vector<float> want = f32(ref, "lm.logits");  // the last positions only
   ASSERT_EQ(logits.size() % n, 0u);
   const size_t vocab = logits.size() / n;
