@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/lora_merge.h"
 #include "core/version.h"
+#include "formats/hf/model_tensors.h"
 #include "runtime/router_linears.h"
 
 namespace qf {
@@ -66,12 +67,8 @@ void export_stage(QuantizeRun& r) {
   for (const auto& [name, _] : r.plan.linears) quantized.insert(name);
   export_vision_linears(r, ck, quantized);
   for (const std::string& name : ck.names()) {
-    const std::string suffix = ".weight";
-    const bool is_weight = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    const std::string module = is_weight ? name.substr(0, name.size() - suffix.size()) : "";
-    if (is_weight && ck.info(name).shape.size() == 2 && is_linear_module(module) && name != "lm_head.weight" &&
-        !quantized.count(module))
-      ignore.push_back(module);
+    const std::string module = linear_weight_module(ck, name);
+    if (!module.empty() && module != "lm_head" && !quantized.count(module)) ignore.push_back(module);
     if (r.written.count(name)) continue;
     const Tensor t = ck.tensor(name);
     writer.add(name, t);

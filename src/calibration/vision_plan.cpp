@@ -9,11 +9,6 @@
 
 namespace qf {
 
-bool is_linear_module(const std::string& module) {
-  const size_t dot = module.rfind('.');
-  return module.find("embed", dot == std::string::npos ? 0 : dot) == std::string::npos;
-}
-
 std::string vision_part(const std::string& module) {
   for (const char* p : {"multi_modal_projector.", "visual.merger."})
     if (module.compare(0, std::char_traits<char>::length(p), p) == 0) return "projector";
@@ -36,14 +31,10 @@ std::vector<VisionLinear> plan_vision_linears(const Recipe& recipe, const ModelC
   const DType sdt = plan_scale_dtype(cfg);
   std::map<std::pair<std::string, int64_t>, std::vector<std::string>> fallbacks;  // (part, cols) -> modules
   std::map<std::pair<std::string, int64_t>, int64_t> group_of;
-  const std::string suffix = ".weight";
   for (const std::string& name : ck.names()) {
-    if (!is_vision_tensor(name) || name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+    const std::string module = is_vision_tensor(name) ? linear_weight_module(ck, name) : "";
+    if (module.empty()) continue;
     const TensorInfo& info = ck.info(name);
-    const std::string module = name.substr(0, name.size() - suffix.size());
-    if (info.shape.size() != 2 || !is_linear_module(module)) continue;
     VisionLinear v;
     v.module = module;
     v.part = vision_part(module);

@@ -27,11 +27,6 @@ struct VisionLinear {
   std::string note;        // why the scheme differs from the recipe's (the fallback), empty otherwise
 };
 
-// Whether a 2-D ".weight" of `module` is a Linear's rather than an
-// embedding table's (embed_tokens, a vision tower's position_embedding):
-// its last name component does not mention "embed".
-bool is_linear_module(const std::string& module);
-
 // "projector" for a projector or merger module ("multi_modal_projector.",
 // "visual.merger."), "tower" for the rest of the vision side (working names).
 std::string vision_part(const std::string& module);

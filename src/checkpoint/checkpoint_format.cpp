@@ -41,6 +41,17 @@ const CheckpointFormat* find_checkpoint_format(const std::string& name) {
   return nullptr;
 }
 
+const CheckpointFormat& open_checkpoint_format(const std::filesystem::path& dir, const nlohmann::json& qcfg,
+                                               const std::string& config_file, OpenedConfig* opened) {
+  const std::string method = qcfg.value("quant_method", "");
+  const CheckpointFormat* format = find_checkpoint_format(method);
+  if (!format)
+    throw unsupported(config_file, "quant_method '" + method + "' is not supported by the runtime (" +
+                                       checkpoint_format_names() + ")");
+  *opened = format->open(dir, qcfg, config_file);
+  return *format;
+}
+
 const CheckpointFormat& checkpoint_format(const std::string& name, const std::string& where) {
   if (name.empty()) return *checkpoint_formats().front();
   if (const CheckpointFormat* f = find_checkpoint_format(name)) return *f;

@@ -106,6 +106,12 @@ class CheckpointFormat {
   virtual std::string describe(const nlohmann::json& qcfg) const = 0;
 };
 
+// The format a checkpoint's quantization_config names (its quant_method),
+// opened on the checkpoint folder `dir` for reading (CheckpointFormat::open).
+// Unsupported naming `config_file` for a method the runtime does not read.
+const CheckpointFormat& open_checkpoint_format(const std::filesystem::path& dir, const nlohmann::json& qcfg,
+                                               const std::string& config_file, OpenedConfig* opened);
+
 // For formats that hold integer weight-only schemes (GPTQ, AutoAWQ): Unsupported
 // naming c.where for input activations, float or NF4/FP4 weights.
 void require_integer_weight_only(const LinearCheck& c, const std::string& format);

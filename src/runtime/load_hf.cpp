@@ -74,14 +74,7 @@ std::unique_ptr<Model> load_hf_model_checked(const std::filesystem::path& dir, s
   const CheckpointFormat* format = nullptr;
   OpenedConfig opened;  // the quantization_config as the format reads it; kv_scales: FP8 KV-cache scales stored
   const std::string cfg_file = (dir / "config.json").string();
-  if (c.quantization_config) {
-    const std::string method = c.quantization_config->value("quant_method", "");
-    format = find_checkpoint_format(method);
-    if (!format)
-      throw unsupported(cfg_file, "quant_method '" + method + "' is not supported by the runtime (" +
-                                      checkpoint_format_names() + ")");
-    opened = format->open(dir, *c.quantization_config, cfg_file);
-  }
+  if (c.quantization_config) format = &open_checkpoint_format(dir, *c.quantization_config, cfg_file, &opened);
   const FileResidency residency = chosen ? *chosen : runtime_weight_residency(safetensors_bytes(dir));
   // Adapters merged into the weights (the checkpoint's overlay), or read
   // here and applied in the forward once the model is built. Tensors an

@@ -275,6 +275,16 @@ void apply_hf_tensor_naming(const ModelConfig& c, Checkpoint& ck) {
   if (!n.identity()) ck.set_naming(std::move(n));
 }
 
+std::string linear_weight_module(const Checkpoint& ck, const std::string& name) {
+  static const std::string suffix = ".weight";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      ck.info(name).shape.size() != 2)
+    return "";
+  std::string module = name.substr(0, name.size() - suffix.size());
+  const size_t dot = module.rfind('.');
+  return module.find("embed", dot == std::string::npos ? 0 : dot) == std::string::npos ? module : "";
+}
+
 bool is_vision_tensor(const std::string& name) {
   for (const char* p : {"visual.", "vision_tower.", "multi_modal_projector.", "image_newline"})
     if (name.compare(0, std::char_traits<char>::length(p), p) == 0) return true;

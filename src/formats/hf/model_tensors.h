@@ -101,4 +101,10 @@ void apply_hf_tensor_naming(const ModelConfig& c, Checkpoint& ck);
 // "multi_modal_projector.", "image_newline").
 bool is_vision_tensor(const std::string& name);
 
+// The module whose Linear weight the tensor `name` of `ck` is: a 2-D
+// "<module>.weight" whose last module component does not mention "embed"
+// (not embed_tokens, not a vision tower's position_embedding); "" for any
+// other tensor.
+std::string linear_weight_module(const Checkpoint& ck, const std::string& name);
+
 }  // namespace qf

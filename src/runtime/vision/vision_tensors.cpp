@@ -16,13 +16,10 @@ namespace qf::rt::vision {
 VisionTensors::VisionTensors(const ModelConfig& cfg, const Checkpoint& ck, std::string where)
     : ck_(ck), where_(std::move(where)) {
   if (!cfg.quantization_config) return;
-  const std::string cfg_file = (std::filesystem::path(where_) / "config.json").string();
-  const std::string method = cfg.quantization_config->value("quant_method", "");
-  format_ = find_checkpoint_format(method);
-  if (!format_)
-    throw unsupported(cfg_file, "quant_method '" + method + "' is not supported by the runtime (" +
-                                    checkpoint_format_names() + ")");
-  qcfg_ = format_->open(where_, *cfg.quantization_config, cfg_file).qcfg;
+  OpenedConfig opened;
+  format_ = &open_checkpoint_format(where_, *cfg.quantization_config,
+                                    (std::filesystem::path(where_) / "config.json").string(), &opened);
+  qcfg_ = std::move(opened.qcfg);
 }
 
 bool VisionTensors::has(const std::string& name) const { return ck_.contains(name); }
